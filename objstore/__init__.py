@@ -1,0 +1,38 @@
+"""Content-addressed object store: immutable objects keyed by the BLAKE3 of their bytes.
+
+This package knows nothing of workspaces, sessions or ignore rules: it stores and returns
+verified bytes and trees by id. Import the names below; submodules are internal structure.
+"""
+
+from objstore.errors import (
+    ContentChanged,
+    CorruptObject,
+    InvalidTree,
+    ObjectNotFound,
+    ObjstoreError,
+    StoreNotFound,
+    UnsupportedFormat,
+)
+from objstore.ids import ObjectId, hash_bytes, oid_hex, parse_oid
+from objstore.objects import EntryKind, Tree, TreeEntry
+from objstore.store import ObjectStore, PutResult, StoreOptions
+
+__all__ = [
+    "ContentChanged",
+    "CorruptObject",
+    "EntryKind",
+    "InvalidTree",
+    "ObjectId",
+    "ObjectNotFound",
+    "ObjectStore",
+    "ObjstoreError",
+    "PutResult",
+    "StoreNotFound",
+    "StoreOptions",
+    "Tree",
+    "TreeEntry",
+    "UnsupportedFormat",
+    "hash_bytes",
+    "oid_hex",
+    "parse_oid",
+]

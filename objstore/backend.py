@@ -1,0 +1,67 @@
+"""The `Backend` protocol: stored object bytes by id, nothing more.
+
+A backend neither hashes, compresses nor verifies: `ObjectStore` does that on top, so a pack-file
+backend or a remote (S3-like) backend can replace the loose-file one without touching callers.
+Every backend must pass `tests/objstore/test_backend_contract.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import BinaryIO, Literal, Protocol
+
+from objstore.ids import ObjectId
+
+FsyncPolicy = Literal["none", "batch", "full"]
+FSYNC_POLICIES: tuple[FsyncPolicy, ...] = ("none", "batch", "full")
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectStat:
+    size: int  # stored (envelope) bytes
+    mtime: float  # last write or refresh, seconds since the epoch: GC's grace period reads it
+
+
+class Backend(Protocol):
+    def has(self, oid: ObjectId) -> bool: ...
+
+    def refresh(self, oid: ObjectId) -> bool:
+        """True if present, and mark it as just written so a concurrent GC keeps it."""
+        ...
+
+    def get(self, oid: ObjectId) -> bytes:
+        """The stored bytes; `ObjectNotFound` if absent."""
+        ...
+
+    def open(self, oid: ObjectId) -> BinaryIO:
+        """A readable stream of the stored bytes; `ObjectNotFound` if absent."""
+        ...
+
+    def put(self, oid: ObjectId, stored: bytes) -> bool:
+        """Store atomically; False (and a refresh) if it was already there."""
+        ...
+
+    def put_stream(self, oid: ObjectId, chunks: Iterable[bytes]) -> bool:
+        """Store a stream atomically. If `chunks` raises, nothing is stored and it propagates."""
+        ...
+
+    def delete(self, oid: ObjectId) -> int:
+        """Remove; returns the stored bytes freed (0 if it was absent)."""
+        ...
+
+    def iter_ids(self) -> Iterator[ObjectId]: ...
+
+    def stat(self, oid: ObjectId) -> ObjectStat:
+        """`ObjectNotFound` if absent."""
+        ...
+
+    def sync(self) -> None:
+        """Make every put so far durable (the 'batch' fsync point)."""
+        ...
+
+    def sweep_temporaries(self, older_than: float) -> int:
+        """Remove leftovers of interrupted puts older than `older_than` (epoch seconds)."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,236 @@
+"""The one place that turns objects into bytes and back: the only importer of msgpack and zstd.
+
+Stored object envelope (all integers little-endian):
+
+    magic b"CKO" | format u8 (=1) | codec u8 (0 raw, 1 zstd) | length u64 | body
+
+`length` is the size of the uncompressed content, so decompression is bounded before it starts.
+Trees are canonical msgpack: `[1, [[name, kind, ref, size], ...]]` with entries sorted by name and
+`ref` the object id (file, executable, tree), the link target (symlink) or nil (tombstone).
+Every library exception becomes `CorruptObject`. Nothing here does file IO or hashing policy.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import msgpack
+import zstandard
+
+from objstore.errors import CorruptObject, InvalidTree, ObjstoreError
+from objstore.ids import OID_SIZE, ObjectId
+from objstore.objects import EntryKind, Tree, TreeEntry
+
+MAGIC = b"CKO"
+FORMAT = 1
+CODEC_RAW = 0
+CODEC_ZSTD = 1
+_HEADER = struct.Struct("<3sBBQ")
+HEADER_SIZE = _HEADER.size
+TREE_FORMAT = 1
+# In-memory decode refuses anything declared larger than this; larger blobs are streamed.
+MAX_INMEMORY_SIZE = 1 << 30
+CHUNK_SIZE = 1 << 20
+# Compression must save at least 1/32 of the bytes to be worth a decompression on every read.
+_MIN_SAVING_SHIFT = 5
+
+_local = threading.local()
+
+
+def _compressor(level: int) -> zstandard.ZstdCompressor:
+    # ZstdCompressor objects are not thread-safe; one per thread and level.
+    cache: dict[int, zstandard.ZstdCompressor] | None = getattr(_local, "compressors", None)
+    if cache is None:
+        cache = _local.compressors = {}
+    compressor = cache.get(level)
+    if compressor is None:
+        compressor = cache[level] = zstandard.ZstdCompressor(level=level, write_content_size=True)
+    return compressor
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    decompressor: zstandard.ZstdDecompressor | None = getattr(_local, "decompressor", None)
+    if decompressor is None:
+        decompressor = _local.decompressor = zstandard.ZstdDecompressor()
+    return decompressor
+
+
+def _pays(raw_size: int, compressed_size: int) -> bool:
+    return compressed_size < raw_size - (raw_size >> _MIN_SAVING_SHIFT)
+
+
+def encode_object(data: bytes | memoryview, level: int) -> bytes:
+    """Envelope `data`, compressed at `level` (0 = never) unless compression does not pay."""
+    if level > 0 and len(data) > 64:
+        compressed = _compressor(level).compress(data)
+        if _pays(len(data), len(compressed)):
+            return _HEADER.pack(MAGIC, FORMAT, CODEC_ZSTD, len(data)) + compressed
+    return _HEADER.pack(MAGIC, FORMAT, CODEC_RAW, len(data)) + bytes(data)
+
+
+def iter_encode_object(chunks: Iterator[bytes], length: int, level: int) -> Iterator[bytes]:
+    """Streaming `encode_object` for content of known `length` given as chunks.
+
+    The codec is chosen by trying the first chunk, so incompressible media is stored raw
+    without compressing all of it. The caller checks that the chunks add up to `length`.
+    """
+    first = next(chunks, b"")
+    codec = CODEC_RAW
+    if level > 0 and len(first) > 64:
+        trial = _compressor(level).compress(first)
+        if _pays(len(first), len(trial)):
+            codec = CODEC_ZSTD
+    yield _HEADER.pack(MAGIC, FORMAT, codec, length)
+    if codec == CODEC_RAW:
+        yield first
+        yield from chunks
+        return
+    compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
+    stream = compressor.compressobj(size=length)
+    yield stream.compress(first)
+    for chunk in chunks:
+        out = stream.compress(chunk)
+        if out:
+            yield out
+    yield stream.flush()
+
+
+def read_header(stored: bytes | memoryview, oid: ObjectId | None) -> tuple[int, int]:
+    """Return (codec, declared length) of an envelope, or raise CorruptObject."""
+    if len(stored) < HEADER_SIZE:
+        raise CorruptObject(oid, f"truncated header ({len(stored)} bytes)")
+    magic, version, codec, length = _HEADER.unpack_from(stored)
+    if magic != MAGIC:
+        raise CorruptObject(oid, "bad magic")
+    if version != FORMAT:
+        raise CorruptObject(oid, f"unknown object format {version}")
+    if codec not in (CODEC_RAW, CODEC_ZSTD):
+        raise CorruptObject(oid, f"unknown codec {codec}")
+    return codec, length
+
+
+def decode_object(
+    stored: bytes, oid: ObjectId | None = None, *, max_size: int = MAX_INMEMORY_SIZE
+) -> bytes:
+    """The content inside an envelope (not yet hash-verified: the store does that)."""
+    codec, length = read_header(stored, oid)
+    if length > max_size:
+        raise CorruptObject(oid, f"declared size {length} exceeds the in-memory limit {max_size}")
+    body = memoryview(stored)[HEADER_SIZE:]
+    if codec == CODEC_RAW:
+        data = bytes(body)
+    else:
+        try:
+            data = _decompressor().decompress(body, max_output_size=length)
+        except zstandard.ZstdError as exc:
+            raise CorruptObject(oid, f"zstd: {exc}") from None
+    if len(data) != length:
+        raise CorruptObject(oid, f"content is {len(data)} bytes, header says {length}")
+    return data
+
+
+def iter_decode_object(stream: BinaryIO, oid: ObjectId | None) -> Iterator[bytes]:
+    """Stream the content of an envelope read from `stream`, bounded by the declared length."""
+    header = stream.read(HEADER_SIZE)
+    codec, length = read_header(header, oid)
+    source: Any = stream
+    if codec == CODEC_ZSTD:
+        source = _decompressor().stream_reader(stream, read_across_frames=False)
+    produced = 0
+    try:
+        while True:
+            chunk = source.read(CHUNK_SIZE)
+            if not chunk:
+                break
+            produced += len(chunk)
+            if produced > length:
+                raise CorruptObject(oid, f"content exceeds the declared {length} bytes")
+            yield chunk
+        if codec == CODEC_RAW and stream.read(1):
+            raise CorruptObject(oid, f"content exceeds the declared {length} bytes")
+    except zstandard.ZstdError as exc:
+        raise CorruptObject(oid, f"zstd: {exc}") from None
+    if produced != length:
+        raise CorruptObject(oid, f"content is {produced} bytes, header says {length}")
+
+
+def encode_tree(tree: Tree) -> bytes:
+    rows = []
+    for entry in tree.entries:
+        ref: bytes | None = entry.target if entry.kind is EntryKind.SYMLINK else entry.oid
+        rows.append((entry.name, int(entry.kind), ref, entry.size))
+    return msgpack.packb((TREE_FORMAT, rows), use_bin_type=True)  # type: ignore[no-any-return]
+
+
+_KINDS = {int(kind): kind for kind in EntryKind}
+
+
+def decode_tree(data: bytes, oid: ObjectId | None = None) -> Tree:
+    """Decode and validate a tree; anything that is not a canonical tree is `InvalidTree`."""
+    try:
+        decoded = msgpack.unpackb(data, use_list=False, raw=True, strict_map_key=True)
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise InvalidTree(oid, f"not msgpack: {exc}") from None
+    if (
+        type(decoded) is not tuple
+        or len(decoded) != 2
+        or decoded[0] != TREE_FORMAT
+        or type(decoded[1]) is not tuple
+    ):
+        raise InvalidTree(oid, "not a tree")
+    entries = []
+    try:
+        for row in decoded[1]:
+            if type(row) is not tuple or len(row) != 4:
+                raise InvalidTree(oid, "malformed entry")
+            name, kind_code, ref, size = row
+            kind = _KINDS.get(kind_code) if type(kind_code) is int else None
+            if kind is None:
+                raise InvalidTree(oid, f"unknown entry kind {kind_code!r}")
+            if kind is EntryKind.SYMLINK:
+                entries.append(TreeEntry(name, kind, None, ref, size))
+            else:
+                if ref is not None and type(ref) is bytes and kind is not EntryKind.TOMBSTONE:
+                    if len(ref) != OID_SIZE:
+                        raise InvalidTree(oid, f"entry {name!r} has a bad object id")
+                entries.append(TreeEntry(name, kind, ref, None, size))
+        tree = Tree(tuple(entries))
+    except InvalidTree as exc:
+        if exc.oid is None:
+            raise InvalidTree(oid, exc.reason) from None
+        raise
+    # Equal trees must have equal ids: refuse any encoding that is not the canonical one.
+    if encode_tree(tree) != data:
+        raise InvalidTree(oid, "non-canonical encoding")
+    return tree
+
+
+def pack_data(value: Any) -> bytes:
+    """msgpack for other modules' records (stat caches, journals): bytes stay bytes."""
+    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def unpack_data(data: bytes, *, what: str = "data") -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
+    except Exception as exc:  # msgpack raises a zoo of types for bad input
+        raise CorruptObject(None, f"{what} is not valid msgpack: {exc}") from None
+
+
+__all__ = [
+    "CHUNK_SIZE",
+    "HEADER_SIZE",
+    "ObjstoreError",
+    "decode_object",
+    "decode_tree",
+    "encode_object",
+    "encode_tree",
+    "iter_decode_object",
+    "iter_encode_object",
+    "pack_data",
+    "read_header",
+    "unpack_data",
+]

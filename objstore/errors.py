@@ -1,0 +1,71 @@
+"""Exceptions of the object store: one root, each carrying the object id or path involved.
+
+Messages are one line. Nothing here maps errors to exit codes (that is the CLI's job).
+"""
+
+from __future__ import annotations
+
+from objstore.ids import ObjectId
+
+
+class ObjstoreError(Exception):
+    """Root of every error the object store raises."""
+
+
+class ObjectNotFound(ObjstoreError, KeyError):
+    def __init__(self, oid: ObjectId) -> None:
+        super().__init__(oid)
+        self.oid = oid
+
+    def __str__(self) -> str:
+        return f"object {self.oid.hex()} is missing from the store"
+
+
+class CorruptObject(ObjstoreError, ValueError):
+    def __init__(self, oid: ObjectId | None, reason: str) -> None:
+        super().__init__(oid, reason)
+        self.oid = oid
+        self.reason = reason
+
+    def __str__(self) -> str:
+        if self.oid is None:
+            return f"corrupt object: {self.reason}"
+        return f"object {self.oid.hex()} is corrupt: {self.reason}"
+
+
+class InvalidTree(CorruptObject):
+    """A tree object that decodes but breaks the tree rules (bad names, order, kinds)."""
+
+
+class UnsupportedFormat(ObjstoreError):
+    def __init__(self, path: str, found: str, supported: int) -> None:
+        super().__init__(path, found, supported)
+        self.path = path
+        self.found = found
+        self.supported = supported
+
+    def __str__(self) -> str:
+        return (
+            f"store {self.path} has format version {self.found}; this ckpt reads version "
+            f"{self.supported} (upgrade ckpt to open it)"
+        )
+
+
+class StoreNotFound(ObjstoreError):
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+    def __str__(self) -> str:
+        return f"no object store at {self.path}"
+
+
+class ContentChanged(ObjstoreError):
+    """The source of a streamed put changed while it was read; nothing was stored."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+    def __str__(self) -> str:
+        return f"{self.path} changed while it was read"

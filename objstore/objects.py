@@ -1,0 +1,113 @@
+"""Tree objects: one directory's entries, the nodes of a checkpoint's Merkle tree.
+
+Holds the record types and the rules a tree must obey (names, order, kinds). Encoding to
+bytes lives in `codec`; storing lives in `store`. Nothing here touches the filesystem.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import IntEnum
+
+from objstore.errors import InvalidTree
+from objstore.ids import OID_SIZE, ObjectId
+
+
+class EntryKind(IntEnum):
+    FILE = 1
+    EXECUTABLE = 2
+    SYMLINK = 3
+    TREE = 4
+    TOMBSTONE = 5  # "this path must not exist"
+
+    @property
+    def is_blob(self) -> bool:
+        return self is EntryKind.FILE or self is EntryKind.EXECUTABLE
+
+
+@dataclass(frozen=True, slots=True)
+class TreeEntry:
+    name: bytes
+    kind: EntryKind
+    oid: ObjectId | None = None  # blob id for files, tree id for trees
+    target: bytes | None = None  # symlink target
+    size: int = 0  # file bytes; for a tree, the file bytes below it
+
+    def __post_init__(self) -> None:
+        validate_entry(self)
+
+
+def validate_name(name: bytes) -> None:
+    """A name is one path component: bytes, not empty, no '/', no NUL, not '.' or '..'."""
+    if type(name) is not bytes:
+        raise InvalidTree(None, f"entry name must be bytes, not {type(name).__name__}")
+    if not name or name in (b".", b"..") or b"/" in name or b"\0" in name:
+        raise InvalidTree(None, f"invalid entry name {name!r}")
+
+
+def validate_entry(entry: TreeEntry) -> None:
+    validate_name(entry.name)
+    kind = entry.kind
+    if type(entry.size) is not int or entry.size < 0:
+        raise InvalidTree(None, f"entry {entry.name!r} has an invalid size")
+    if kind is EntryKind.SYMLINK:
+        if type(entry.target) is not bytes or not entry.target or b"\0" in entry.target:
+            raise InvalidTree(None, f"symlink {entry.name!r} has an invalid target")
+        if entry.oid is not None:
+            raise InvalidTree(None, f"symlink {entry.name!r} must not carry an object id")
+    elif kind is EntryKind.TOMBSTONE:
+        if entry.oid is not None or entry.target is not None or entry.size:
+            raise InvalidTree(None, f"tombstone {entry.name!r} must carry nothing")
+    elif kind in (EntryKind.FILE, EntryKind.EXECUTABLE, EntryKind.TREE):
+        if type(entry.oid) is not bytes or len(entry.oid) != OID_SIZE:
+            raise InvalidTree(None, f"entry {entry.name!r} needs a {OID_SIZE}-byte object id")
+        if entry.target is not None:
+            raise InvalidTree(None, f"entry {entry.name!r} must not carry a link target")
+    else:  # pragma: no cover - EntryKind is closed
+        raise InvalidTree(None, f"entry {entry.name!r} has unknown kind {kind!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Tree:
+    """Entries sorted by name bytes, names unique. Build with `Tree.build` or `Tree.sorted`."""
+
+    entries: tuple[TreeEntry, ...]
+
+    def __post_init__(self) -> None:
+        previous: bytes | None = None
+        for entry in self.entries:
+            if previous is not None and entry.name <= previous:
+                if entry.name == previous:
+                    raise InvalidTree(None, f"duplicate entry name {entry.name!r}")
+                raise InvalidTree(None, f"entries out of order at {entry.name!r}")
+            previous = entry.name
+
+    @classmethod
+    def build(cls, entries: Iterable[TreeEntry]) -> Tree:
+        """Sort entries by name; duplicates are refused (the tree would be ambiguous)."""
+        return cls(tuple(sorted(entries, key=_entry_name)))
+
+    def find(self, name: bytes) -> TreeEntry | None:
+        index = bisect.bisect_left(self.entries, name, key=_entry_name)
+        if index < len(self.entries) and self.entries[index].name == name:
+            return self.entries[index]
+        return None
+
+    def names(self) -> list[bytes]:
+        return [entry.name for entry in self.entries]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def total_size(self) -> int:
+        return sum(entry.size for entry in self.entries)
+
+
+def _entry_name(entry: TreeEntry) -> bytes:
+    return entry.name
+
+
+EMPTY_TREE = Tree(())
