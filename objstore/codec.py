@@ -124,6 +124,12 @@ def decode_object(
         data = bytes(body)
     else:
         try:
+            # zstd sizes its output buffer from the frame header, not from max_output_size:
+            # a frame claiming terabytes would raise MemoryError (or allocate gigabytes), so
+            # the frame must declare exactly the envelope's (already bounded) length.
+            framed = zstandard.frame_content_size(body)
+            if framed != length:
+                raise CorruptObject(oid, f"zstd frame declares {framed} bytes, header {length}")
             data = _decompressor().decompress(body, max_output_size=length)
         except zstandard.ZstdError as exc:
             raise CorruptObject(oid, f"zstd: {exc}") from None
@@ -138,7 +144,10 @@ def iter_decode_object(stream: BinaryIO, oid: ObjectId | None) -> Iterator[bytes
     codec, length = read_header(header, oid)
     source: Any = stream
     if codec == CODEC_ZSTD:
-        source = _decompressor().stream_reader(stream, read_across_frames=False)
+        # A stream reader uses its decompressor's context for its whole life: sharing the
+        # thread's decompressor would let two interleaved streams (or a one-shot decode in
+        # between) corrupt each other, so each stream gets its own.
+        source = zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=False)
     produced = 0
     try:
         while True:

@@ -45,6 +45,9 @@ def check_store(store: ObjectStore, roots: Iterable[ObjectId], *, full: bool = F
     def present(oid: ObjectId) -> str | None:
         return None if store.has(oid) else "missing"
 
+    # The tree cache holds trees as they were written or last read, not as they are on disk
+    # now: drop it so every tree the walk visits is read back and verified.
+    store.forget_cached()
     reach = walk_reachable(store, roots, check_blob=verify if full else present)
     problems = list(reach.damage)
     verified = 0

@@ -17,6 +17,7 @@ HEX_SIZE = 2 * OID_SIZE
 # Large buffers hash faster with BLAKE3's own threads; small ones pay for the thread start-up.
 _THREADED_HASH_MIN = 4 << 20
 _READ_CHUNK = 1 << 20
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
 def hash_bytes(data: bytes | memoryview) -> ObjectId:
@@ -58,10 +59,10 @@ def parse_oid(text: str) -> ObjectId:
     """Parse a 64-character hex id; ValueError names the bad text."""
     if len(text) != HEX_SIZE:
         raise ValueError(f"object id must be {HEX_SIZE} hex characters: {text!r}")
-    try:
-        return ObjectId(bytes.fromhex(text))
-    except ValueError:
-        raise ValueError(f"object id is not hex: {text!r}") from None
+    # bytes.fromhex skips whitespace, so "  ab…" (64 chars) would parse to a 31-byte id.
+    if not _HEX_DIGITS.issuperset(text):
+        raise ValueError(f"object id is not hex: {text!r}")
+    return ObjectId(bytes.fromhex(text))
 
 
 def check_oid(value: bytes) -> ObjectId:

@@ -14,6 +14,8 @@ from enum import IntEnum
 from objstore.errors import InvalidTree
 from objstore.ids import OID_SIZE, ObjectId
 
+_SIZE_LIMIT = 1 << 64
+
 
 class EntryKind(IntEnum):
     FILE = 1
@@ -50,7 +52,8 @@ def validate_name(name: bytes) -> None:
 def validate_entry(entry: TreeEntry) -> None:
     validate_name(entry.name)
     kind = entry.kind
-    if type(entry.size) is not int or entry.size < 0:
+    # Sizes are msgpack integers: anything outside u64 could not be encoded.
+    if type(entry.size) is not int or not 0 <= entry.size < _SIZE_LIMIT:
         raise InvalidTree(None, f"entry {entry.name!r} has an invalid size")
     if kind is EntryKind.SYMLINK:
         if type(entry.target) is not bytes or not entry.target or b"\0" in entry.target:

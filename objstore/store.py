@@ -102,7 +102,9 @@ class ObjectStore:
         if self.backend.refresh(oid):
             return False, 0
         stored = codec.encode_object(data, self.options.compression_level)
-        return self.backend.put(oid, stored), len(stored)
+        # A concurrent writer may have stored it since the refresh: then nothing was written.
+        is_new = self.backend.put(oid, stored)
+        return is_new, len(stored) if is_new else 0
 
     def put_file(self, path: str | bytes) -> PutResult:
         """Store one regular file's content, never following a symlink.
@@ -110,7 +112,9 @@ class ObjectStore:
         `ContentChanged` if the file changed while it was read: the caller decides whether to
         retry or report it; nothing torn is ever stored under the id.
         """
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever;
+        # it changes nothing for the regular files we go on to read.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         try:
             before = os.fstat(fd)
             if not statmod.S_ISREG(before.st_mode):
@@ -145,6 +149,10 @@ class ObjectStore:
             os.lseek(fd, 0, os.SEEK_SET)
             for chunk in _iter_chunks(fd):
                 rehash.update(chunk)
+                if rehash.length > hasher.length:
+                    # Grown since the first pass: stop before the encoder sees more bytes
+                    # than the length it pledged (zstd would fail with its own error).
+                    raise ContentChanged(os.fsdecode(path))
                 yield chunk
             if rehash.digest() != oid or not _same_file_state(before, os.fstat(fd)):
                 raise ContentChanged(os.fsdecode(path))
@@ -196,11 +204,15 @@ class ObjectStore:
     # -- trees -------------------------------------------------------------------------
 
     def put_tree(self, tree: Tree) -> ObjectId:
+        return self.store_tree(tree)[0]
+
+    def store_tree(self, tree: Tree) -> tuple[ObjectId, int]:
+        """Store `tree`; returns its id and the bytes written (0 if it was already stored)."""
         data = codec.encode_tree(tree)
         oid = hash_bytes(data)
-        self._put_new(oid, data)
+        _, stored = self._put_new(oid, data)
         self._remember(oid, tree)
-        return oid
+        return oid, stored
 
     def tree_id(self, tree: Tree) -> ObjectId:
         """The id `tree` would have, without storing it."""

@@ -1,0 +1,164 @@
+"""The exception hierarchy of the `checkpoints` package.
+
+Owns `CheckpointError` (the one root) and its subclasses. Each error carries typed data (the id,
+path, key...) and renders as one line naming it; `cli/errors.py` is the only place that maps
+them to exit codes and words for users. Subclasses also derive from the natural builtin
+(`KeyError` for "not found", `ValueError` for bad input) so generic callers can catch those.
+
+Must not import other ckpt modules (everything imports this one), print, or decide exit codes.
+objstore errors are not wrapped here: they propagate under their own root.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Protocol
+
+
+def _display(value: object) -> str:
+    """Render a value for a one-line message: bytes/undecodable text escaped, no line breaks."""
+    if isinstance(value, bytes):
+        text = value.decode("utf-8", "backslashreplace")
+    elif isinstance(value, str):
+        try:
+            text = os.fsencode(value).decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a lone surrogate that surrogateescape cannot map back
+            text = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    else:
+        text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
+
+
+class LockHolder(Protocol):
+    """What `StoreBusy.holder` offers (`checkpoints.lock.LockOwner` satisfies it)."""
+
+    @property
+    def pid(self) -> object: ...
+    @property
+    def host(self) -> object: ...
+    @property
+    def started_at(self) -> object: ...
+
+
+class CheckpointError(Exception):
+    """Root of every error the checkpoints package raises on purpose."""
+
+
+class NotInitialized(CheckpointError):
+    """No store exists for the workspace root."""
+
+    def __init__(self, root: str, store: str | None = None) -> None:
+        super().__init__(root, store)
+        self.root = root
+        self.store = store
+
+    def __str__(self) -> str:
+        where = f" at {_display(self.store)}" if self.store is not None else ""
+        return (f"not initialized: no ckpt store{where} for root {_display(self.root)} "
+                "(run 'ckpt init')")
+
+
+class UnknownCheckpoint(CheckpointError, KeyError):
+    """No checkpoint has this id or id prefix."""
+
+    def __init__(self, ref: str) -> None:
+        super().__init__(ref)
+        self.ref = ref
+
+    def __str__(self) -> str:
+        return f"unknown checkpoint: {_display(self.ref)}"
+
+
+class AmbiguousCheckpoint(CheckpointError, KeyError):
+    """An id prefix matches more than one checkpoint; `candidates` are some matches, sorted."""
+
+    def __init__(self, ref: str, candidates: Sequence[str]) -> None:
+        candidates = tuple(candidates)
+        super().__init__(ref, candidates)
+        self.ref = ref
+        self.candidates: tuple[str, ...] = candidates
+
+    def __str__(self) -> str:
+        shown = ", ".join(_display(c) for c in self.candidates)
+        return f"ambiguous checkpoint prefix {_display(self.ref)}: matches {shown}"
+
+
+class UnsafePath(CheckpointError, ValueError):
+    """A path is absolute, escapes the root, contains NUL/`..`, names the store, ..."""
+
+    def __init__(self, path: str | bytes, reason: str) -> None:
+        super().__init__(path, reason)
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"unsafe path {_display(self.path)}: {_display(self.reason)}"
+
+
+class StoreBusy(CheckpointError):
+    """The store (or its catalog) is locked by a live process past the timeout."""
+
+    def __init__(self, path: str, holder: LockHolder | None = None) -> None:
+        super().__init__(path, holder)
+        self.path = path
+        self.holder = holder
+
+    def __str__(self) -> str:
+        holder = self.holder
+        if holder is None:
+            return f"store busy: {_display(self.path)} is locked by another process"
+        return (f"store busy: {_display(self.path)} is locked by pid {_display(holder.pid)} "
+                f"on {_display(holder.host)} since {_display(holder.started_at)}")
+
+
+class NothingMatched(CheckpointError):
+    """A query or selection (latest, prune filters, --path) matched nothing."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+    def __str__(self) -> str:
+        return f"nothing matched: {_display(self.what)}"
+
+
+class RestoreIncomplete(CheckpointError):
+    """A restore stopped part way; its journal lets `recover` finish it."""
+
+    def __init__(self, id: str, reason: str) -> None:
+        super().__init__(id, reason)
+        self.id = id
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"restore of {_display(self.id)} incomplete: {_display(self.reason)}"
+
+
+class ConfigError(CheckpointError, ValueError):
+    """A setting is unknown or has a bad value; `key` is None when the whole file is bad."""
+
+    def __init__(self, key: str | None, reason: str) -> None:
+        super().__init__(key, reason)
+        self.key = key
+        self.reason = reason
+
+    def __str__(self) -> str:
+        if self.key is None:
+            return f"bad config: {_display(self.reason)}"
+        return f"bad config value for {_display(self.key)}: {_display(self.reason)}"
+
+
+class CatalogCorrupt(CheckpointError):
+    """The catalog database is damaged, too new, or holds a row that does not parse."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(path, reason)
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"catalog corrupt: {_display(self.path)}: {_display(self.reason)}"

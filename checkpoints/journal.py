@@ -1,0 +1,94 @@
+"""The restore journal: what a restore in progress must achieve, so a killed one is completed.
+
+A restore writes its intent here (atomically, fsynced) before it touches the workspace and
+clears it after the last change. Completing is re-planning from the current state against the
+journaled target, which is idempotent: whatever was applied before the kill, the next command
+(or `ckpt recover`) ends with exactly the target. One file per workspace root.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from checkpoints.errors import CatalogCorrupt
+from checkpoints.paths import RelPath, parse_relpath
+from objstore import ObjectId
+from objstore.codec import pack_data, unpack_data
+from objstore.errors import CorruptObject
+from objstore.ids import check_oid
+
+_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreIntent:
+    checkpoint: str  # the target record's id
+    tree: ObjectId
+    scope: str
+    covered: tuple[RelPath, ...]
+    absent_parents: tuple[RelPath, ...]
+    keep: tuple[RelPath, ...]
+    only: tuple[RelPath, ...] | None
+    pre_restore: str | None
+    record_event: bool
+    discard_later: bool
+    staging: bytes  # staging directory to clean up
+
+
+def write_intent(path: str, intent: RestoreIntent) -> None:
+    payload: list[Any] = [
+        _VERSION, intent.checkpoint, intent.tree, intent.scope, list(intent.covered),
+        list(intent.absent_parents), list(intent.keep),
+        None if intent.only is None else list(intent.only),
+        intent.pre_restore, intent.record_event, intent.discard_later, intent.staging,
+    ]
+    temp = f"{path}.tmp-{secrets.token_hex(4)}"
+    with open(temp, "wb") as out:
+        out.write(pack_data(payload))
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temp, path)
+    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def read_intent(path: str) -> RestoreIntent | None:
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read()
+    except FileNotFoundError:
+        return None
+    try:
+        fields = unpack_data(data, what="restore journal")
+        (version, checkpoint, tree, scope, covered, absent, keep, only, pre, event, discard,
+         staging) = fields
+        if version != _VERSION or scope not in ("tree", "paths"):
+            raise ValueError("unknown journal version or scope")
+        return RestoreIntent(
+            checkpoint=str(checkpoint),
+            tree=check_oid(tree),
+            scope=scope,
+            covered=tuple(parse_relpath(p) for p in covered),
+            absent_parents=tuple(parse_relpath(p) for p in absent),
+            keep=tuple(parse_relpath(p) for p in keep),
+            only=None if only is None else tuple(parse_relpath(p) for p in only),
+            pre_restore=None if pre is None else str(pre),
+            record_event=bool(event),
+            discard_later=bool(discard),
+            staging=bytes(staging),
+        )
+    except (CorruptObject, ValueError, TypeError) as exc:
+        raise CatalogCorrupt(path, f"restore journal is damaged: {exc}") from None
+
+
+def clear_intent(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,227 @@
+"""Pure restore planning: from (current manifest, target manifest, scope) to a `RestorePlan`.
+
+The plan is plain data; `restore.apply_plan` is the only code that acts on it, and a dry run is
+this module alone. Rules (DESIGN.md "Restore rules"):
+- equal subtrees are skipped by id; an unchanged leaf is only counted;
+- whole-tree scope deletes what the target lacks, but never a path the target recorded as
+  skipped (ignored files never appear in either manifest, so they are never touched);
+- tracked scope acts only on covered paths: their ancestors in the manifest are "partial"
+  (descended into, siblings left alone); a tombstone deletes, and the ancestors that did not
+  exist at checkpoint time are removed if they end up empty;
+- `only` restricts the plan to some paths (and what lies under them).
+Order of application: pre-deletes (whatever stands where a different type must go), mkdirs
+(parents first), writes, chmods, deletes, rmdirs (deepest first; only if empty).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from checkpoints.paths import RelPath, join_rel
+from objstore import EntryKind, ObjectId, Tree, TreeEntry
+
+TreeLoader = Callable[[ObjectId], Tree]
+
+
+@dataclass(frozen=True, slots=True)
+class FileWrite:
+    path: RelPath
+    entry: TreeEntry  # FILE, EXECUTABLE or SYMLINK: what must stand at `path`
+    replaces: EntryKind | None  # what stands there now (None: nothing)
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    path: RelPath
+    kind: EntryKind  # TREE for a directory (removed only if empty), else a leaf
+
+
+@dataclass(frozen=True, slots=True)
+class RestorePlan:
+    pre_removals: tuple[Removal, ...]  # deepest first: make room for a different type
+    mkdirs: tuple[RelPath, ...]  # parents first
+    writes: tuple[FileWrite, ...]
+    chmods: tuple[tuple[RelPath, bool], ...]  # (path, executable)
+    removals: tuple[Removal, ...]  # leaves first, then directories deepest first
+    unchanged: int
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.pre_removals or self.mkdirs or self.writes or self.chmods or self.removals)
+
+    @property
+    def bytes_to_write(self) -> int:
+        return sum(w.entry.size for w in self.writes)
+
+
+@dataclass(slots=True)
+class _Builder:
+    load: TreeLoader
+    keep: frozenset[RelPath]
+    only: tuple[RelPath, ...] | None
+    covered: frozenset[RelPath]
+    pre_removals: list[Removal] = field(default_factory=list)
+    mkdirs: list[RelPath] = field(default_factory=list)
+    writes: list[FileWrite] = field(default_factory=list)
+    chmods: list[tuple[RelPath, bool]] = field(default_factory=list)
+    removals: list[Removal] = field(default_factory=list)
+    dir_removals: list[Removal] = field(default_factory=list)
+    unchanged: int = 0
+
+    # "full": the target is the whole truth below this point; "partial": only what the
+    # target names is acted on (tracked-scope ancestors, and ancestors of `only` paths).
+    def mode_for(self, path: RelPath, parent_mode: str) -> str | None:
+        if self.only is None:
+            return parent_mode
+        for wanted in self.only:
+            if path == wanted or path.startswith(wanted + b"/"):
+                return parent_mode
+        for wanted in self.only:
+            if wanted.startswith(path + b"/"):
+                return "partial"
+        return None
+
+    def keeps_below(self, path: RelPath) -> bool:
+        prefix = path + b"/"
+        return any(k == path or k.startswith(prefix) for k in self.keep)
+
+    def compare_dirs(self, old: ObjectId | None, new: ObjectId | None, prefix: RelPath | None, mode: str) -> None:
+        if old is not None and old == new:
+            if mode == "full" and self.only is None:
+                self.unchanged += _count_leaves(self.load, old)
+                return
+        old_entries = {e.name: e for e in self.load(old).entries} if old is not None else {}
+        new_entries = {e.name: e for e in self.load(new).entries} if new is not None else {}
+        names = old_entries.keys() | new_entries.keys() if mode == "full" else new_entries.keys()
+        for name in sorted(names):
+            path = join_rel(prefix, name)
+            child_mode = self.mode_for(path, mode)
+            if child_mode is None:
+                continue
+            self.compare(old_entries.get(name), new_entries.get(name), path, child_mode)
+
+    def compare(self, old: TreeEntry | None, new: TreeEntry | None, path: RelPath, mode: str) -> None:
+        if old is not None and old.kind is EntryKind.TOMBSTONE:
+            old = None
+        if new is None:
+            if mode == "full" and old is not None:
+                self.remove(old, path, self.removals)
+            return
+        if new.kind is EntryKind.TOMBSTONE:
+            if old is not None:
+                self.remove(old, path, self.removals)
+            return
+        if new.kind is EntryKind.TREE:
+            if old is not None and old.kind is not EntryKind.TREE:
+                self.pre_removals.append(Removal(path, old.kind))
+                old = None
+            # A tracked directory is named fully by the target; its ancestors are not, and
+            # are created on demand only if something is written below them.
+            child_mode = "full" if mode == "full" or path in self.covered else "partial"
+            if old is None and child_mode == "full":
+                self.mkdirs.append(path)
+            self.compare_dirs(old.oid if old else None, new.oid, path, child_mode)
+            return
+        if old is not None and old.kind is EntryKind.TREE:
+            if self.keeps_below(path):
+                return  # a recorded-skipped path lives below: never remove it
+            self.remove(old, path, self.pre_removals)
+            self.writes.append(FileWrite(path, new, None))
+            return
+        if old is None:
+            self.writes.append(FileWrite(path, new, None))
+        elif old.kind is new.kind and old.oid == new.oid and old.target == new.target:
+            self.unchanged += 1
+        elif old.kind is not EntryKind.SYMLINK and new.kind is not EntryKind.SYMLINK and old.oid == new.oid:
+            self.chmods.append((path, new.kind is EntryKind.EXECUTABLE))
+        else:
+            self.writes.append(FileWrite(path, new, old.kind))
+
+    def remove(self, old: TreeEntry, path: RelPath, into: list[Removal]) -> None:
+        if path in self.keep:
+            return
+        if old.kind is not EntryKind.TREE:
+            into.append(Removal(path, old.kind))
+            return
+        assert old.oid is not None
+        leaves: list[Removal] = []
+        dirs: list[Removal] = []
+        _collect_removals(self.load, old.oid, path, leaves, dirs, self.keep)
+        into.extend(leaves)
+        if self.keeps_below(path):
+            dirs = [d for d in dirs if not self.keeps_below(d.path)]
+        target = into if into is self.pre_removals else self.dir_removals
+        target.extend(dirs)
+        if not self.keeps_below(path):
+            target.append(Removal(path, EntryKind.TREE))
+
+
+def _collect_removals(
+    load: TreeLoader, oid: ObjectId, prefix: RelPath, leaves: list[Removal], dirs: list[Removal],
+    keep: frozenset[RelPath],
+) -> None:
+    for entry in load(oid).entries:
+        path = join_rel(prefix, entry.name)
+        if path in keep or entry.kind is EntryKind.TOMBSTONE:
+            continue
+        if entry.kind is EntryKind.TREE:
+            assert entry.oid is not None
+            _collect_removals(load, entry.oid, path, leaves, dirs, keep)
+            dirs.append(Removal(path, EntryKind.TREE))
+        else:
+            leaves.append(Removal(path, entry.kind))
+
+
+def _count_leaves(load: TreeLoader, oid: ObjectId) -> int:
+    count = 0
+    for entry in load(oid).entries:
+        if entry.kind is EntryKind.TREE:
+            assert entry.oid is not None
+            count += _count_leaves(load, entry.oid)
+        elif entry.kind is not EntryKind.TOMBSTONE:
+            count += 1
+    return count
+
+
+def _depth(removal: Removal) -> int:
+    return removal.path.count(b"/")
+
+
+def plan_restore(
+    load: TreeLoader,
+    current: ObjectId | None,
+    target: ObjectId,
+    *,
+    scope: str = "tree",
+    covered: Sequence[RelPath] = (),
+    absent_parents: Sequence[RelPath] = (),
+    keep: Sequence[RelPath] = (),
+    only: Sequence[RelPath] | None = None,
+) -> RestorePlan:
+    """Plan turning the state `current` into `target`.
+
+    `scope="paths"`: only `covered` paths are full, their ancestors partial; `keep`: paths the
+    target recorded as skipped, never removed; `only`: restrict to these paths.
+    """
+    builder = _Builder(
+        load, frozenset(keep), tuple(only) if only is not None else None, frozenset(covered)
+    )
+    builder.compare_dirs(current, target, None, "full" if scope == "tree" else "partial")
+    dir_removals = builder.dir_removals + [Removal(p, EntryKind.TREE) for p in absent_parents]
+    seen: set[RelPath] = set()
+    ordered_dirs = []
+    for removal in sorted(dir_removals, key=_depth, reverse=True):
+        if removal.path not in seen:
+            seen.add(removal.path)
+            ordered_dirs.append(removal)
+    pre_leaves = [r for r in builder.pre_removals if r.kind is not EntryKind.TREE]
+    pre_dirs = sorted((r for r in builder.pre_removals if r.kind is EntryKind.TREE), key=_depth, reverse=True)
+    return RestorePlan(
+        pre_removals=tuple(pre_leaves + pre_dirs),
+        mkdirs=tuple(builder.mkdirs),
+        writes=tuple(builder.writes),
+        chmods=tuple(builder.chmods),
+        removals=tuple(builder.removals + ordered_dirs),
+        unchanged=builder.unchanged,
+    )

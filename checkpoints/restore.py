@@ -1,0 +1,265 @@
+"""Applying a restore plan: the only module that mutates the working tree.
+
+Two steps, so a bad store never leaves a half-restored tree:
+1. stage: every file's content is streamed from the store into a staging directory on the
+   root's filesystem and verified there; a missing or corrupt object aborts here, with the
+   workspace untouched;
+2. apply: removals that make room, mkdirs, renames of the staged files into place, symlinks,
+   chmods, then removals and rmdirs — all relative to directory descriptors opened with
+   O_NOFOLLOW one component at a time, so nothing is ever written through a symlink or
+   outside the root, whatever changed on disk since the plan was made.
+A path that cannot be applied (an ignored file keeps a directory from being replaced, a
+directory appeared where a file must go) is reported as a conflict, never forced.
+Crash safety (the journal) is the caller's: this module can be re-run on any state.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import shutil
+import stat as statmod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from checkpoints.paths import RelPath, display, parent_rel
+from checkpoints.plan import RestorePlan
+from objstore import EntryKind, ObjectStore
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_TEMP_PREFIX = ".ckpt-tmp-"
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    path: RelPath
+    kind: EntryKind
+    ref: bytes  # blob id, or link target
+    stat: os.stat_result
+
+
+@dataclass(slots=True)
+class ApplyReport:
+    written: int = 0
+    deleted: int = 0
+    dirs_created: int = 0
+    dirs_removed: int = 0
+    chmods: int = 0
+    bytes_written: int = 0
+    conflicts: list[tuple[RelPath, str]] = field(default_factory=list)
+    written_files: list[Written] = field(default_factory=list)
+    removed_paths: list[RelPath] = field(default_factory=list)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class _Dirs:
+    """Directory descriptors under the root, opened without following symlinks."""
+
+    def __init__(self, root: bytes, report: ApplyReport) -> None:
+        self.root_fd = os.open(root, _DIR_FLAGS)
+        self.fds: dict[RelPath, int] = {}
+        self.report = report
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+        os.close(self.root_fd)
+
+    def forget(self, path: RelPath) -> None:
+        prefix = path + b"/"
+        for key in [k for k in self.fds if k == path or k.startswith(prefix)]:
+            os.close(self.fds.pop(key))
+
+    def open(self, path: RelPath | None, *, create: bool) -> int:
+        if path is None:
+            return self.root_fd
+        fd = self.fds.get(path)
+        if fd is not None:
+            return fd
+        parent_fd = self.open(parent_rel(path), create=create)
+        name = path.rsplit(b"/", 1)[-1]
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        except FileNotFoundError:
+            if not create:
+                raise
+            os.mkdir(name, 0o777, dir_fd=parent_fd)
+            self.report.dirs_created += 1
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        self.fds[path] = fd
+        return fd
+
+
+def _name(path: RelPath) -> bytes:
+    return path.rsplit(b"/", 1)[-1]
+
+
+def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[RelPath, bytes]:
+    """Copy and verify every file's content into `staging`; raise before touching the tree."""
+    staged: dict[RelPath, bytes] = {}
+    mask = _umask()
+    os.makedirs(staging, exist_ok=True)
+    try:
+        for index, write in enumerate(plan.writes):
+            entry = write.entry
+            if entry.kind is EntryKind.SYMLINK:
+                continue
+            assert entry.oid is not None
+            temp = b"%s/%d" % (staging, index)
+            mode = (0o777 if entry.kind is EntryKind.EXECUTABLE else 0o666) & ~mask
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+            with os.fdopen(fd, "wb") as out:
+                store.copy_to(entry.oid, out)
+            staged[write.path] = temp
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return staged
+
+
+def apply_plan(
+    root: bytes,
+    plan: RestorePlan,
+    staged: dict[RelPath, bytes],
+    *,
+    progress: ProgressFn | None = None,
+) -> ApplyReport:
+    report = ApplyReport()
+    dirs = _Dirs(root, report)
+    total = len(plan.writes) + len(plan.removals) + len(plan.pre_removals)
+    done = 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None and (done % 256 == 0 or done == total):
+            progress("restore", done, total)
+
+    def conflict(path: RelPath, reason: str) -> None:
+        report.conflicts.append((path, reason))
+
+    try:
+        for removal in plan.pre_removals:
+            _remove(dirs, removal.path, removal.kind, report, conflict, strict=True)
+            tick()
+        for path in plan.mkdirs:
+            try:
+                dirs.open(path, create=True)
+            except OSError as exc:
+                conflict(path, _why(exc))
+        for write in plan.writes:
+            _write(dirs, write.path, write.entry, staged.get(write.path), report, conflict)
+            tick()
+        for path, executable in plan.chmods:
+            _chmod(dirs, path, executable, report, conflict)
+        for removal in plan.removals:
+            _remove(dirs, removal.path, removal.kind, report, conflict, strict=False)
+            tick()
+    finally:
+        dirs.close()
+    return report
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        return "a symlink or file stands where a directory must be"
+    return exc.strerror or str(exc)
+
+
+def _write(
+    dirs: _Dirs, path: RelPath, entry, staged: bytes | None, report: ApplyReport, conflict  # type: ignore[no-untyped-def]
+) -> None:
+    try:
+        parent_fd = dirs.open(parent_rel(path), create=True)
+    except OSError as exc:
+        conflict(path, _why(exc))
+        return
+    name = _name(path)
+    try:
+        existing = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and statmod.S_ISDIR(existing.st_mode):
+        conflict(path, "a directory stands where a file must go")
+        return
+    try:
+        if entry.kind is EntryKind.SYMLINK:
+            temp = _TEMP_PREFIX.encode() + secrets.token_hex(6).encode()
+            os.symlink(entry.target, temp, dir_fd=parent_fd)
+            os.rename(temp, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+            ref = entry.target
+        else:
+            assert staged is not None
+            os.rename(staged, name, dst_dir_fd=parent_fd)
+            ref = entry.oid
+            report.bytes_written += entry.size
+        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except OSError as exc:
+        conflict(path, _why(exc))
+        return
+    report.written += 1
+    report.written_files.append(Written(path, entry.kind, ref, st))
+
+
+def _chmod(dirs: _Dirs, path: RelPath, executable: bool, report: ApplyReport, conflict) -> None:  # type: ignore[no-untyped-def]
+    try:
+        parent_fd = dirs.open(parent_rel(path), create=False)
+        fd = os.open(_name(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent_fd)
+        try:
+            st = os.fstat(fd)
+            if not statmod.S_ISREG(st.st_mode):
+                conflict(path, "not a regular file")
+                return
+            mode = st.st_mode & 0o7777
+            mode = mode | ((mode & 0o444) >> 2) if executable else mode & ~0o111
+            os.fchmod(fd, mode)
+            report.chmods += 1
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        conflict(path, _why(exc))
+
+
+def _remove(dirs: _Dirs, path: RelPath, kind: EntryKind, report: ApplyReport, conflict, *, strict: bool) -> None:  # type: ignore[no-untyped-def]
+    try:
+        parent_fd = dirs.open(parent_rel(path), create=False)
+    except FileNotFoundError:
+        return  # already gone with its parent
+    except OSError as exc:
+        conflict(path, _why(exc))
+        return
+    name = _name(path)
+    try:
+        if kind is EntryKind.TREE:
+            dirs.forget(path)
+            os.rmdir(name, dir_fd=parent_fd)
+            report.dirs_removed += 1
+        else:
+            st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+            if statmod.S_ISDIR(st.st_mode):
+                conflict(path, "a directory stands where a file was")
+                return
+            os.unlink(name, dir_fd=parent_fd)
+            report.deleted += 1
+        report.removed_paths.append(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST) and not strict:
+            return  # ignored or unknown files remain inside: the directory stays
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            conflict(path, "directory holds files the checkpoint does not know (ignored?)")
+            return
+        conflict(path, _why(exc))
+
+
+def describe_conflicts(conflicts: list[tuple[RelPath, str]]) -> str:
+    return "; ".join(f"{display(path)}: {reason}" for path, reason in conflicts[:5])

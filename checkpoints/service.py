@@ -1,0 +1,600 @@
+"""`Checkpoints`: the Python API of ckpt (DESIGN.md), composing scan, plan, restore and catalog.
+
+It owns the locks (one per workspace root for snapshot/restore; one per store that gc takes
+exclusively and writers take shared, so gc never sweeps what a running snapshot writes), the
+clock, the event listeners and the order of durable steps: objects synced, then the record
+committed, then the checkpoint reported. It never prints and never exits.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import secrets
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, BinaryIO
+
+from checkpoints.catalog import Catalog
+from checkpoints.config import StoreConfig, read_config, write_config
+from checkpoints.diff import Change, diff_trees, iter_leaves
+from checkpoints.errors import NotInitialized, RestoreIncomplete, UnknownCheckpoint, UnsafePath
+from checkpoints.ignore import IgnoreRules
+from checkpoints.journal import RestoreIntent, clear_intent, read_intent, write_intent
+from checkpoints.lock import RootLock
+from checkpoints.model import CheckpointRecord, CheckpointStats, Event, new_checkpoint_id
+from checkpoints.paths import RelPath, parse_relpath, user_path_to_rel
+from checkpoints.plan import RestorePlan, plan_restore
+from checkpoints.restore import ApplyReport, apply_plan, describe_conflicts, stage_files
+from checkpoints.retention import select_over_cap, select_prunable
+from checkpoints.scan import ProgressFn, ScanOptions, ScanResult, scan_paths, scan_workspace
+from checkpoints.statcache import StatCache, make_row, read_stat_cache, write_stat_cache, DirRecord, NAME
+from objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, hash_bytes
+from objstore.errors import StoreNotFound
+from objstore.fsck import FsckReport, check_store
+from objstore.gc import GcReport, collect_garbage
+
+Clock = Callable[[], datetime]
+Listener = Callable[[Event], None]
+STORE_NAME = ".ckpt"
+
+
+@dataclass(frozen=True, slots=True)
+class FileEntry:
+    path: RelPath
+    kind: EntryKind
+    size: int
+    oid: ObjectId | None
+    target: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    id: str
+    written: int
+    deleted: int
+    dirs_created: int
+    dirs_removed: int
+    unchanged: int
+    bytes_written: int
+    pre_restore: str | None
+    discarded: tuple[str, ...]
+    dry_run: bool
+    plan: RestorePlan
+    conflicts: tuple[tuple[RelPath, str], ...] = ()
+    duration_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "written": self.written, "deleted": self.deleted,
+            "dirs_created": self.dirs_created, "dirs_removed": self.dirs_removed,
+            "unchanged": self.unchanged, "bytes_written": self.bytes_written,
+            "pre_restore": self.pre_restore, "discarded": list(self.discarded),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    removed: tuple[str, ...]
+    objects_removed: int
+    bytes_freed: int
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"removed": list(self.removed), "objects_removed": self.objects_removed,
+                "bytes_freed": self.bytes_freed}
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    objects: FsckReport
+    damaged_checkpoints: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.objects.ok
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    objects: int
+    stored_bytes: int  # on disk, compressed
+    logical_bytes: int  # sum of every checkpoint's file bytes
+    checkpoints: int
+    sessions: dict[str, int]
+
+    @property
+    def dedup_ratio(self) -> float:
+        return self.logical_bytes / self.stored_bytes if self.stored_bytes else 0.0
+
+
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
+class Checkpoints:
+    """Checkpoints of one workspace root in one store, for one session."""
+
+    def __init__(self, root: str, store_dir: str, session: str, *, clock: Clock = _utc_now,
+                 rng: random.Random | None = None) -> None:
+        self.root = root
+        self.store_dir = store_dir
+        self.session = session
+        self.config: StoreConfig = read_config(store_dir)
+        self.objects = ObjectStore.open(store_dir, StoreOptions(
+            compression_level=self.config.compression_level, fsync=self.config.fsync))  # type: ignore[arg-type]
+        self.catalog = Catalog.open(os.path.join(store_dir, "catalog.db"), fsync=self.config.fsync)  # type: ignore[arg-type]
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._listeners: dict[str, list[Listener]] = {}
+        self._root_b = os.fsencode(root)
+        key = hash_bytes(self._root_b).hex()[:16]
+        self._root_dir = os.path.join(store_dir, "roots", key)
+        os.makedirs(self._root_dir, exist_ok=True)
+
+    # -- opening -------------------------------------------------------------------------
+
+    @staticmethod
+    def _locate(root: str | os.PathLike[str], store: str | os.PathLike[str] | None) -> tuple[str, str]:
+        root_abs = os.path.realpath(os.fspath(root))
+        store_abs = os.path.abspath(os.fspath(store)) if store is not None else os.path.join(root_abs, STORE_NAME)
+        return root_abs, store_abs
+
+    @classmethod
+    def init(cls, root: str | os.PathLike[str], store: str | os.PathLike[str] | None = None,
+             session: str = "default", **kwargs: Any) -> Checkpoints:
+        root_abs, store_abs = cls._locate(root, store)
+        if not os.path.isdir(root_abs):
+            raise NotInitialized(root_abs, store_abs)
+        ObjectStore.init(store_abs).close()
+        if not os.path.exists(os.path.join(store_abs, "config.toml")):
+            write_config(store_abs, StoreConfig())
+        return cls(root_abs, store_abs, session, **kwargs)
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str], store: str | os.PathLike[str] | None = None,
+             session: str = "default", **kwargs: Any) -> Checkpoints:
+        root_abs, store_abs = cls._locate(root, store)
+        try:
+            ObjectStore.open(store_abs)
+        except StoreNotFound:
+            raise NotInitialized(root_abs, store_abs) from None
+        return cls(root_abs, store_abs, session, **kwargs)
+
+    def close(self) -> None:
+        self.objects.close()
+        self.catalog.close()
+
+    def __enter__(self) -> Checkpoints:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- events --------------------------------------------------------------------------
+
+    def on(self, event_type: str, callback: Listener) -> None:
+        self._listeners.setdefault(event_type, []).append(callback)
+
+    def _emit(self, event: Event) -> None:
+        for callback in [*self._listeners.get(event.type, []), *self._listeners.get("*", [])]:
+            callback(event)
+
+    def events(self, *, type: str | None = None, limit: int | None = None,  # noqa: A002
+               all_sessions: bool = False) -> list[Event]:
+        return self.catalog.events(session=None if all_sessions else self.session, type=type, limit=limit)
+
+    # -- locks and paths -----------------------------------------------------------------
+
+    @contextmanager
+    def _writing(self, purpose: str) -> Iterator[None]:
+        """Shared store lock (keeps gc out) + exclusive root lock; completes a killed restore."""
+        with RootLock(os.path.join(self.store_dir, "gc.lock"), timeout=self.config.lock_timeout,
+                      shared=True, purpose=purpose):
+            with RootLock(os.path.join(self._root_dir, "lock"), timeout=self.config.lock_timeout,
+                          purpose=purpose):
+                self._complete_interrupted_restore()
+                yield
+
+    def _store_rel(self) -> list[RelPath]:
+        rel = os.path.relpath(self.store_dir, self.root)
+        if rel == "." or rel.startswith(".."):
+            return []
+        return [parse_relpath(rel)]
+
+    def _rules(self) -> IgnoreRules:
+        return IgnoreRules.load(self._root_b, use_gitignore=self.config.use_gitignore,
+                                extra_patterns=self.config.extra_ignore, excluded=self._store_rel())
+
+    def _gc_generation(self) -> int:
+        try:
+            with open(os.path.join(self.store_dir, "gc-generation"), "rb") as stream:
+                return int(stream.read().strip() or b"0")
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    @property
+    def _cache_path(self) -> str:
+        return os.path.join(self._root_dir, "statcache")
+
+    @property
+    def _journal_path(self) -> str:
+        return os.path.join(self._root_dir, "journal")
+
+    def _rel(self, path: str | bytes) -> RelPath:
+        text = os.fsdecode(path)
+        if os.path.isabs(text):
+            return user_path_to_rel(self.root, text)
+        return parse_relpath(os.path.normpath(text)) if text not in (".", "") else parse_relpath(text)
+
+    # -- tracking ------------------------------------------------------------------------
+
+    def tracked(self) -> tuple[RelPath, ...]:
+        return self.catalog.tracked(self.session)
+
+    def track(self, *paths: str | bytes, cwd: str | None = None) -> tuple[RelPath, ...]:
+        new = {self._user_rel(p, cwd) for p in paths}
+        self.catalog.set_tracked(self.session, sorted(set(self.tracked()) | new))
+        return self.tracked()
+
+    def untrack(self, *paths: str | bytes, cwd: str | None = None) -> tuple[RelPath, ...]:
+        gone = {self._user_rel(p, cwd) for p in paths}
+        self.catalog.set_tracked(self.session, sorted(set(self.tracked()) - gone))
+        return self.tracked()
+
+    def _user_rel(self, path: str | bytes, cwd: str | None) -> RelPath:
+        rel = user_path_to_rel(self.root, os.fsdecode(path), cwd)
+        if rel in self._store_rel() or any(rel.startswith(s + b"/") for s in self._store_rel()):
+            raise UnsafePath(rel, "names the store")
+        return rel
+
+    # -- snapshots -----------------------------------------------------------------------
+
+    def _scan(self, covered: Sequence[RelPath] | None, progress: ProgressFn | None) -> ScanResult:
+        cache = read_stat_cache(self._cache_path, gc_generation=self._gc_generation())
+        options = ScanOptions(max_file_size=self.config.max_file_size,
+                              threads=self.config.effective_threads())
+        start_ns = time.time_ns()
+        if covered is None:
+            result, new_cache = scan_workspace(self._root_b, self.objects, self._rules(), cache,
+                                               options=options, scan_start_ns=start_ns, progress=progress)
+        else:
+            result, new_cache = scan_paths(self._root_b, covered, self.objects, self._rules(), cache,
+                                           options=options, scan_start_ns=start_ns, progress=progress)
+        self.objects.sync()
+        write_stat_cache(self._cache_path, new_cache)
+        return result
+
+    def create(self, *, label: str | None = None, reason: str | None = None,
+               turn_id: str | None = None, message_id: str | None = None,
+               tool_call_id: str | None = None, summary: str | None = None,
+               metadata: Mapping[str, Any] | None = None, paths: Sequence[str | bytes] | None = None,
+               progress: ProgressFn | None = None) -> CheckpointRecord:
+        extra = [self._user_rel(p, None) for p in paths or ()]
+        with self._writing("create"):
+            tracked = list(self.tracked())
+            covered = sorted(set(tracked + extra)) if tracked or extra else None
+            return self._snapshot(covered, progress, label=label, reason=reason, turn_id=turn_id,
+                                  message_id=message_id, tool_call_id=tool_call_id,
+                                  summary=summary, metadata=dict(metadata or {}))
+
+    def _snapshot(self, covered: Sequence[RelPath] | None, progress: ProgressFn | None,
+                  **fields: Any) -> CheckpointRecord:
+        started = time.monotonic()
+        created_at = self._clock()
+        result = self._scan(covered, progress)
+        parent = self.catalog.latest(session=self.session)
+        duration = _ms(time.monotonic() - started)
+        record = CheckpointRecord(
+            id=new_checkpoint_id(int(created_at.timestamp() * 1000), self._rng),
+            session=self.session, scope="tree" if covered is None else "paths",
+            parent=parent.id if parent else None, tree=result.tree, created_at=created_at,
+            stats=CheckpointStats(result.files, result.bytes, result.new_objects, result.new_bytes,
+                                  len(result.skipped), duration, result.hashed),
+            root=self.root, skipped=result.skipped, paths=tuple(covered or ()),
+            absent_parents=result.absent_parents, **fields,
+        )
+        event = Event("checkpoint:create", created_at, self.session, {
+            "id": record.id, "label": record.label, "reason": record.reason,
+            "turn_id": record.turn_id, "duration_ms": duration, "files": result.files,
+            "hashed": result.hashed, "new_objects": result.new_objects,
+            "new_bytes": result.new_bytes,
+            "skipped": [{"path": os.fsdecode(s.path), "reason": s.reason} for s in result.skipped],
+        })
+        self.catalog.add_checkpoint(record, event=event)
+        self._emit(event)
+        if self.config.retention_cap:
+            over = select_over_cap(self.catalog.history(session=self.session), self.config.retention_cap)
+            if over:
+                self._drop([r.id for r in over], reason="retention-cap")
+        return record
+
+    # -- queries -------------------------------------------------------------------------
+
+    def get(self, ref: str) -> CheckpointRecord:
+        return self.catalog.resolve(ref)
+
+    def history(self, *, turn_id: str | None = None, reason: str | None = None,
+                all_sessions: bool = False) -> list[CheckpointRecord]:
+        return self.catalog.history(session=None if all_sessions else self.session,
+                                    turn_id=turn_id, reason=reason)
+
+    def list(self) -> list[CheckpointRecord]:
+        return self.history()
+
+    def latest(self, *, turn_id: str | None = None, reason: str | None = None) -> CheckpointRecord | None:
+        return self.catalog.latest(session=self.session, turn_id=turn_id, reason=reason)
+
+    def files(self, ref: str) -> list[FileEntry]:
+        record = self.get(ref)
+        return [FileEntry(path, e.kind, e.size, e.oid, e.target)
+                for path, e in iter_leaves(self.objects.get_tree, record.tree, None)]
+
+    def diff(self, ref: str, ref2: str | None = None) -> list[Change]:
+        record = self.get(ref)
+        if ref2 is not None:
+            return diff_trees(self.objects.get_tree, record.tree, self.get(ref2).tree)
+        with self._writing("diff"):
+            current = self._scan(record.paths if record.scope == "paths" else None, None)
+        return diff_trees(self.objects.get_tree, record.tree, current.tree)
+
+    def _find_entry(self, record: CheckpointRecord, path: str | bytes):  # type: ignore[no-untyped-def]
+        rel = self._rel(path)
+        tree = self.objects.get_tree(record.tree)
+        parts = rel.split(b"/")
+        for index, part in enumerate(parts):
+            entry = tree.find(part)
+            if entry is None or entry.kind is EntryKind.TOMBSTONE:
+                break
+            if index == len(parts) - 1:
+                return rel, entry
+            if entry.kind is not EntryKind.TREE:
+                break
+            tree = self.objects.get_tree(entry.oid)  # type: ignore[arg-type]
+        raise UnknownCheckpoint(f"{record.id}:{os.fsdecode(rel)}")
+
+    def read_file(self, ref: str, path: str | bytes) -> bytes:
+        _, entry = self._find_entry(self.get(ref), path)
+        if entry.kind is EntryKind.SYMLINK:
+            return entry.target  # type: ignore[no-any-return]
+        if entry.kind is EntryKind.TREE:
+            raise UnsafePath(os.fsencode(path), "is a directory")
+        return self.objects.get_bytes(entry.oid)
+
+    def copy_file(self, ref: str, path: str | bytes, out: BinaryIO) -> int:
+        """Stream one file of a checkpoint into `out` (verified at the end)."""
+        _, entry = self._find_entry(self.get(ref), path)
+        if entry.kind is EntryKind.SYMLINK:
+            out.write(entry.target)
+            return len(entry.target)
+        if entry.kind is EntryKind.TREE:
+            raise UnsafePath(os.fsencode(path), "is a directory")
+        return self.objects.copy_to(entry.oid, out)
+
+    # -- restore -------------------------------------------------------------------------
+
+    def restore(self, ref: str, *, record_event: bool = True, dry_run: bool = False,
+                discard_later: bool = False, save: bool = True,
+                paths: Sequence[str | bytes] | None = None,
+                progress: ProgressFn | None = None) -> RestoreReport:
+        target = self.get(ref)
+        only = None if paths is None or not paths else tuple(self._user_rel(p, None) for p in paths)
+        started = time.monotonic()
+        with self._writing("restore"):
+            covered = target.paths if target.scope == "paths" else None
+            pre = None
+            if save and not dry_run:
+                pre = self._snapshot(covered, progress, label=f"before restore to {target.id}",
+                                     reason="pre-restore", turn_id=None, message_id=None,
+                                     tool_call_id=None, summary=None, metadata={})
+                current = pre.tree
+            else:
+                current = self._scan(covered, progress).tree
+            plan = self._plan(target, current, only)
+            if dry_run:
+                return self._report(target, plan, ApplyReport(), None, (), True, started)
+            intent = RestoreIntent(
+                checkpoint=target.id, tree=target.tree, scope=target.scope,
+                covered=target.paths, absent_parents=target.absent_parents,
+                keep=tuple(s.path for s in target.skipped), only=only,
+                pre_restore=pre.id if pre else None, record_event=record_event,
+                discard_later=discard_later, staging=self._staging_dir(),
+            )
+            return self._execute(intent, target, plan, started, progress)
+
+    def _plan(self, target: CheckpointRecord, current: ObjectId, only: Sequence[RelPath] | None) -> RestorePlan:
+        return plan_restore(self.objects.get_tree, current, target.tree, scope=target.scope,
+                            covered=target.paths, absent_parents=target.absent_parents,
+                            keep=[s.path for s in target.skipped], only=only)
+
+    def _staging_dir(self) -> bytes:
+        # Staged files are renamed into place, so they must be on the root's filesystem.
+        token = secrets.token_hex(6)
+        if os.stat(self._root_dir).st_dev == os.stat(self.root).st_dev:
+            return os.fsencode(os.path.join(self._root_dir, f"staging-{token}"))
+        return self._root_b + b"/.ckpt-staging-" + token.encode()
+
+    def _execute(self, intent: RestoreIntent, target: CheckpointRecord, plan: RestorePlan,
+                 started: float, progress: ProgressFn | None) -> RestoreReport:
+        write_intent(self._journal_path, intent)
+        try:
+            staged = stage_files(plan, self.objects, intent.staging)
+        except BaseException:
+            clear_intent(self._journal_path)  # nothing was applied: the tree is untouched
+            raise
+        try:
+            applied = apply_plan(self._root_b, plan, staged, progress=progress)
+        finally:
+            shutil.rmtree(intent.staging, ignore_errors=True)
+        self._update_cache(applied)
+        discarded: tuple[str, ...] = ()
+        if intent.discard_later:
+            later = [r.id for r in self.catalog.later_than(target) if r.id != intent.pre_restore]
+            if later:
+                self._drop(later, reason="discard-later")
+            discarded = tuple(later)
+        report = self._report(target, plan, applied, intent.pre_restore, discarded, False, started)
+        if intent.record_event:
+            event = Event("checkpoint:restore", self._clock(), self.session, {
+                "id": target.id, "written": report.written, "deleted": report.deleted,
+                "dirs_created": report.dirs_created, "dirs_removed": report.dirs_removed,
+                "unchanged": report.unchanged, "bytes_written": report.bytes_written,
+                "pre_restore": report.pre_restore, "discarded": list(discarded),
+                "duration_ms": report.duration_ms, "conflicts": len(report.conflicts),
+            })
+            self.catalog.add_event(event)
+            self._emit(event)
+        clear_intent(self._journal_path)
+        if applied.conflicts:
+            error = RestoreIncomplete(target.id, describe_conflicts(applied.conflicts))
+            error.report = report  # type: ignore[attr-defined]
+            raise error
+        return report
+
+    def _report(self, target: CheckpointRecord, plan: RestorePlan, applied: ApplyReport,
+                pre: str | None, discarded: tuple[str, ...], dry_run: bool, started: float) -> RestoreReport:
+        if dry_run:
+            written = len(plan.writes) + len(plan.chmods)
+            deleted = sum(1 for r in plan.removals + plan.pre_removals if r.kind is not EntryKind.TREE)
+            return RestoreReport(target.id, written, deleted, len(plan.mkdirs),
+                                 sum(1 for r in plan.removals + plan.pre_removals if r.kind is EntryKind.TREE),
+                                 plan.unchanged, plan.bytes_to_write, None, (), True, plan,
+                                 duration_ms=_ms(time.monotonic() - started))
+        return RestoreReport(target.id, applied.written + applied.chmods, applied.deleted,
+                             applied.dirs_created, applied.dirs_removed, plan.unchanged,
+                             applied.bytes_written, pre, discarded, False, plan,
+                             tuple(applied.conflicts), _ms(time.monotonic() - started))
+
+    def _update_cache(self, applied: ApplyReport) -> None:
+        """Teach the stat cache what was written, so the next snapshot does not read it."""
+        if not applied.written_files and not applied.removed_paths:
+            return
+        cache = read_stat_cache(self._cache_path, gc_generation=self._gc_generation())
+        now_ns = time.time_ns()
+        touched: set[bytes] = set()
+        for written in applied.written_files:
+            parent, _, name = written.path.rpartition(b"/")
+            record = cache.dirs.get(parent)
+            if record is None:
+                record = cache.dirs[parent] = DirRecord(b"", 0, 0, [])
+            rows = [r for r in record.rows if r[NAME] != name]
+            rows.append(make_row(name, int(written.kind), written.stat, written.ref, now_ns))
+            rows.sort(key=lambda r: r[NAME])
+            record.rows = rows
+            touched.add(parent)
+        for path in applied.removed_paths:
+            parent, _, name = path.rpartition(b"/")
+            record = cache.dirs.get(parent)
+            if record is not None:
+                record.rows = [r for r in record.rows if r[NAME] != name]
+                touched.add(parent)
+        # A directory whose rows changed no longer has its cached tree id, nor do its parents.
+        for key in touched:
+            while True:
+                record = cache.dirs.get(key)
+                if record is not None:
+                    record.tree = b""
+                if not key:
+                    break
+                key = key.rpartition(b"/")[0]
+        write_stat_cache(self._cache_path, cache)
+
+    def _complete_interrupted_restore(self) -> RestoreReport | None:
+        intent = read_intent(self._journal_path)
+        if intent is None:
+            return None
+        shutil.rmtree(intent.staging, ignore_errors=True)
+        try:
+            target = self.get(intent.checkpoint)
+        except UnknownCheckpoint:
+            target = None
+        covered = intent.covered if intent.scope == "paths" else None
+        current = self._scan(covered, None).tree
+        plan = plan_restore(self.objects.get_tree, current, intent.tree, scope=intent.scope,
+                            covered=intent.covered, absent_parents=intent.absent_parents,
+                            keep=intent.keep, only=intent.only)
+        if target is None:  # pruned meanwhile: finish the tree, skip the bookkeeping
+            staged = stage_files(plan, self.objects, intent.staging)
+            try:
+                apply_plan(self._root_b, plan, staged)
+            finally:
+                shutil.rmtree(intent.staging, ignore_errors=True)
+            clear_intent(self._journal_path)
+            return None
+        return self._execute(intent, target, plan, time.monotonic(), None)
+
+    def recover(self) -> RestoreReport | None:
+        """Complete a restore that was killed; None when there was nothing to complete."""
+        with RootLock(os.path.join(self.store_dir, "gc.lock"), timeout=self.config.lock_timeout,
+                      shared=True, purpose="recover"):
+            with RootLock(os.path.join(self._root_dir, "lock"), timeout=self.config.lock_timeout,
+                          purpose="recover"):
+                return self._complete_interrupted_restore()
+
+    # -- prune, gc, fsck, stats ------------------------------------------------------------
+
+    def _drop(self, ids: Sequence[str], *, reason: str) -> None:
+        event = Event("checkpoint:prune", self._clock(), self.session,
+                      {"removed": list(ids), "reason": reason})
+        self.catalog.delete_checkpoints(ids, event=event)
+        self._emit(event)
+
+    def prune(self, *, reason: str | None = None, turn_id: str | None = None,
+              keep_latest: int | None = None, older_than: timedelta | None = None,
+              dry_run: bool = False, collect: bool = True) -> PruneReport:
+        victims = select_prunable(self.history(), now=self._clock(), reason=reason,
+                                  turn_id=turn_id, keep_latest=keep_latest, older_than=older_than)
+        ids = tuple(r.id for r in victims)
+        if dry_run:
+            return PruneReport(ids, 0, 0, True)
+        if ids:
+            event = Event("checkpoint:prune", self._clock(), self.session, {
+                "removed": list(ids), "reason": reason, "turn_id": turn_id,
+                "keep_latest": keep_latest,
+                "older_than_s": None if older_than is None else older_than.total_seconds()})
+            self.catalog.delete_checkpoints(ids, event=event)
+            self._emit(event)
+        report = self.gc() if collect else None
+        return PruneReport(ids, report.objects_removed if report else 0,
+                           report.bytes_freed if report else 0)
+
+    def gc(self, *, dry_run: bool = False, grace_seconds: float | None = None) -> GcReport:
+        with RootLock(os.path.join(self.store_dir, "gc.lock"), timeout=max(self.config.lock_timeout, 60.0),
+                      purpose="gc"):
+            grace = self.config.gc_grace_seconds if grace_seconds is None else grace_seconds
+            report = collect_garbage(self.objects, self.catalog.tree_roots(), grace_seconds=grace,
+                                     now=time.time(), dry_run=dry_run)
+            if report.objects_removed and not dry_run:
+                self._bump_gc_generation()
+            return report
+
+    def _bump_gc_generation(self) -> None:
+        path = os.path.join(self.store_dir, "gc-generation")
+        temp = f"{path}.tmp-{secrets.token_hex(4)}"
+        with open(temp, "w", encoding="ascii") as out:
+            out.write(f"{self._gc_generation() + 1}\n")
+        os.replace(temp, path)
+
+    def fsck(self, *, full: bool = False) -> CheckReport:
+        records = self.catalog.history(session=None)
+        report = check_store(self.objects, [r.tree for r in records], full=full)
+        damaged = tuple(r.id for r in records if r.tree in report.damaged_roots)
+        return CheckReport(report, damaged)
+
+    def stats(self) -> StoreStats:
+        backend = self.objects.backend
+        count = stored = 0
+        for oid in backend.iter_ids():
+            count += 1
+            stored += backend.stat(oid).size
+        records = self.catalog.history(session=None)
+        return StoreStats(count, stored, sum(r.stats.bytes for r in records), len(records),
+                          self.catalog.session_counts())

@@ -1,0 +1,97 @@
+"""The per-root stat cache: what each file looked like when its content was last hashed.
+
+Per directory it keeps the rows of the last scan (name, kind, size, mtime_ns, ctime_ns, inode,
+mode, ref) and the directory's tree id, so an unchanged file is never read again and an
+unchanged directory is not even re-encoded. Racy rule (as git's): a row whose mtime is not
+safely older than the scan that hashed it is marked racy and re-hashed next time, so a
+same-size rewrite within one timestamp tick is still caught.
+
+The cache is only ever a performance aid: a missing, damaged or foreign cache loads as empty.
+It is one msgpack file, written atomically. No walking or hashing here.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+
+from objstore.codec import pack_data, unpack_data
+from objstore.errors import CorruptObject
+
+CACHE_VERSION = 1
+# Timestamps come from a coarse kernel clock (a jiffy, up to 10 ms at HZ=100): a file whose
+# mtime is this close to the scan start could still change without its mtime moving.
+RACY_WINDOW_NS = 20_000_000
+
+# Row layout (lists, because msgpack returns lists and they are compared field by field).
+NAME, KIND, SIZE, MTIME, CTIME, INO, MODE, REF, RACY = range(9)
+Row = list  # [name: bytes, kind: int, size, mtime_ns, ctime_ns, ino, mode, ref: bytes, racy: bool]
+
+
+@dataclass(slots=True)
+class DirRecord:
+    tree: bytes  # the directory's tree oid
+    size: int  # file bytes below it
+    files: int  # files below it
+    rows: list[Row]  # sorted by name
+
+
+@dataclass(slots=True)
+class StatCache:
+    dirs: dict[bytes, DirRecord] = field(default_factory=dict)  # b"" is the root directory
+    gc_generation: int = 0
+    # Set when the store was garbage-collected since this cache was written: every reused id
+    # must then be checked for presence before it is trusted.
+    needs_verification: bool = False
+
+
+def same_stat(row: Row, kind: int, st: os.stat_result) -> bool:
+    return (
+        not row[RACY]
+        and row[KIND] == kind
+        and row[SIZE] == st.st_size
+        and row[MTIME] == st.st_mtime_ns
+        and row[CTIME] == st.st_ctime_ns
+        and row[INO] == st.st_ino
+        and row[MODE] == st.st_mode
+    )
+
+
+def make_row(name: bytes, kind: int, st: os.stat_result, ref: bytes, scan_start_ns: int) -> Row:
+    racy = st.st_mtime_ns >= scan_start_ns - RACY_WINDOW_NS
+    return [name, kind, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, ref, racy]
+
+
+def read_stat_cache(path: str, *, gc_generation: int) -> StatCache:
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read()
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return StatCache(gc_generation=gc_generation)
+    try:
+        payload = unpack_data(data, what="stat cache")
+        if not isinstance(payload, list) or payload[0] != CACHE_VERSION:
+            return StatCache(gc_generation=gc_generation)
+        _, cached_generation, raw_dirs = payload
+        dirs = {}
+        for key, (tree, size, files, rows) in raw_dirs.items():
+            if not isinstance(key, bytes) or not isinstance(tree, bytes) or not isinstance(rows, list):
+                raise ValueError("bad directory record")
+            dirs[key] = DirRecord(tree, size, files, rows)
+    except (CorruptObject, ValueError, TypeError, KeyError, IndexError):
+        # A damaged cache costs only speed: everything is hashed again.
+        return StatCache(gc_generation=gc_generation)
+    return StatCache(dirs, gc_generation, needs_verification=cached_generation != gc_generation)
+
+
+def write_stat_cache(path: str, cache: StatCache) -> None:
+    raw_dirs = {
+        key: (record.tree, record.size, record.files, record.rows)
+        for key, record in cache.dirs.items()
+    }
+    data = pack_data((CACHE_VERSION, cache.gc_generation, raw_dirs))
+    temp = f"{path}.tmp-{secrets.token_hex(4)}"
+    with open(temp, "wb") as out:
+        out.write(data)
+    os.replace(temp, path)
