@@ -118,10 +118,15 @@ def _parse_line(line: str) -> _Rule | None:
     """Compile one pattern line; None for blanks, comments and patterns git never matches."""
     try:
         source, include = GitIgnoreSpecPattern.pattern_to_regex(line)
-    except GitIgnorePatternError:
-        return None  # e.g. a trailing backslash: git never matches those either
-    if source is None or include is None:
+        if source is None or include is None:
+            return None
+        return _classify(line, source, include)
+    except (GitIgnorePatternError, re.error):
+        # A trailing backslash, or a range Python rejects ("[z-a]"): git matches nothing either.
         return None
+
+
+def _classify(line: str, source: str, include: bool) -> _Rule:
     text = line if line.endswith("\\ ") else line.rstrip()  # pathspec's trailing-space rule
     body = text[1:] if text.startswith("!") else text
     dir_only = body.endswith("/")

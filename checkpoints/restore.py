@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from checkpoints.paths import RelPath, display, parent_rel
-from checkpoints.plan import RestorePlan
+from checkpoints.plan import FileWrite, RestorePlan
 from objstore import EntryKind, ObjectStore
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -156,7 +156,7 @@ def apply_plan(
             except OSError as exc:
                 conflict(path, _why(exc))
         for write in plan.writes:
-            _write(dirs, write.path, write.entry, staged.get(write.path), report, conflict)
+            _write(dirs, write, staged.get(write.path), report, conflict)
             tick()
         for path, executable in plan.chmods:
             _chmod(dirs, path, executable, report, conflict)
@@ -175,8 +175,9 @@ def _why(exc: OSError) -> str:
 
 
 def _write(
-    dirs: _Dirs, path: RelPath, entry, staged: bytes | None, report: ApplyReport, conflict  # type: ignore[no-untyped-def]
+    dirs: _Dirs, write: FileWrite, staged: bytes | None, report: ApplyReport, conflict  # type: ignore[no-untyped-def]
 ) -> None:
+    path, entry = write.path, write.entry
     try:
         parent_fd = dirs.open(parent_rel(path), create=True)
     except OSError as exc:
@@ -189,6 +190,11 @@ def _write(
         existing = None
     if existing is not None and statmod.S_ISDIR(existing.st_mode):
         conflict(path, "a directory stands where a file must go")
+        return
+    if existing is not None and write.replaces is None:
+        # Not in the current manifest, yet there: ignored, skipped or created since the
+        # scan. The pre-restore checkpoint does not hold it, so overwriting would lose it.
+        conflict(path, "a file the current checkpoint did not capture is in the way")
         return
     try:
         if entry.kind is EntryKind.SYMLINK:

@@ -108,6 +108,7 @@ class _Scanner:
         self.new_objects = 0
         self.new_bytes = 0
         self.new_cache = StatCache(gc_generation=cache.gc_generation)
+        self.rebuilt_dirs = 0
         self._verified: dict[bytes, bool] = {}
 
     def _trusted(self, oid: bytes) -> bool:
@@ -271,12 +272,15 @@ class _Scanner:
             self._build_dir(node)
 
     def _build_dir(self, node: _Dir) -> None:
+        cached = None if node.virtual else self.cache.dirs.get(node.key)
+        if node.all_hits and cached is not None and cached.tree and self._unchanged(node, cached):
+            # The common case of a no-change snapshot: no entry objects, no encoding.
+            node.tree, node.size, node.files = ObjectId(cached.tree), cached.size, cached.files
+            self.new_cache.dirs[node.key] = cached
+            return
         rows: list[Row] = []
         entries: list[TreeEntry] = []
         size = files = 0
-        cached = None if node.virtual else self.cache.dirs.get(node.key)
-        reuse = node.all_hits and cached is not None and bool(cached.tree)
-        cached_refs = {r[NAME]: r[REF] for r in cached.rows} if reuse and cached else {}
         for row in node.rows:
             name, kind = row[NAME], row[KIND]
             if kind == _TREE:
@@ -285,12 +289,10 @@ class _Scanner:
                 size += child.size
                 files += child.files
                 row = [name, _TREE, child.size, 0, 0, 0, 0, child.tree, False]
-                reuse = reuse and cached_refs.get(name) == child.tree
                 entries.append(TreeEntry(name, EntryKind.TREE, child.tree, None, child.size))
             elif kind == _TOMB:
                 entries.append(TreeEntry(name, EntryKind.TOMBSTONE))
             elif row[REF] is None:  # could not be read: skipped (and reported) by the job
-                reuse = False
                 continue
             elif kind == _LINK:
                 entries.append(TreeEntry(name, EntryKind.SYMLINK, None, row[REF], 0))
@@ -299,16 +301,23 @@ class _Scanner:
                 size += row[SIZE]
                 entries.append(TreeEntry(name, EntryKind(kind), row[REF], None, row[SIZE]))
             rows.append(row)
-        if reuse and cached is not None and self._trusted(cached.tree):
-            tree_id = ObjectId(cached.tree)
-        else:
-            tree_id, stored = self.store.store_tree(Tree(tuple(entries)))
-            if stored:
-                self.new_objects += 1
-                self.new_bytes += stored
+        self.rebuilt_dirs += 1
+        tree_id, stored = self.store.store_tree(Tree(tuple(entries)))
+        if stored:
+            self.new_objects += 1
+            self.new_bytes += stored
         node.tree, node.size, node.files = tree_id, size, files
         if not node.virtual:
             self.new_cache.dirs[node.key] = DirRecord(tree_id, size, files, rows)
+
+    def _unchanged(self, node: _Dir, cached: DirRecord) -> bool:
+        """Every row matched the cache; do the subdirectories still have their cached ids?"""
+        if node.children:
+            cached_refs = {r[NAME]: r[REF] for r in cached.rows if r[KIND] == _TREE}
+            for name, child in node.children.items():
+                if cached_refs.get(name) != child.tree:
+                    return False
+        return self._trusted(cached.tree)
 
 
 def _entry_name(entry: os.DirEntry[bytes]) -> bytes:
@@ -331,6 +340,9 @@ def scan_workspace(
     order = scanner.walk(top, rules.root_context())
     hashed = scanner.hash_all()
     scanner.build(order)
+    scanner.new_cache.dirty = bool(
+        scanner.rebuilt_dirs or cache.needs_verification or len(cache.dirs) != len(order)
+    )
     assert top.tree is not None
     result = ScanResult(
         tree=top.tree,

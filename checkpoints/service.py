@@ -270,7 +270,8 @@ class Checkpoints:
             result, new_cache = scan_paths(self._root_b, covered, self.objects, self._rules(), cache,
                                            options=options, scan_start_ns=start_ns, progress=progress)
         self.objects.sync()
-        write_stat_cache(self._cache_path, new_cache)
+        if new_cache.dirty:
+            write_stat_cache(self._cache_path, new_cache)
         return result
 
     def create(self, *, label: str | None = None, reason: str | None = None,

@@ -44,6 +44,8 @@ class StatCache:
     # Set when the store was garbage-collected since this cache was written: every reused id
     # must then be checked for presence before it is trusted.
     needs_verification: bool = False
+    # False when a scan reused every record as it was: saving it again would change nothing.
+    dirty: bool = True
 
 
 def same_stat(row: Row, kind: int, st: os.stat_result) -> bool:

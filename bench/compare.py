@@ -1,0 +1,418 @@
+"""Peer comparison: ckpt's CLI against a git shadow repo on the same corpus, in the same run.
+
+Run ``python -m bench.compare --corpus stdlib|linux|PATH [--rounds N] [--tools ckpt,git]
+[--json OUT]``. Each round gives each tool a fresh ``cp -a`` copy of the corpus and a store in a
+sibling directory, then measures five steps as whole processes: first snapshot, no-change
+snapshot, snapshot after a seeded agent turn, restore to the first snapshot, and a no-op restore.
+Tools alternate within a round so neither always runs on a warmer machine. Every restore is
+checked against a content manifest of the original tree: a fast but wrong restore aborts the run.
+
+Owns: driving the two tools, timing, peak RSS, store size, the summary table and the JSON.
+Must not: import ckpt (it is measured as users run it, through its CLI), or modify the corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.corpus import (
+    Corpus,
+    CorpusError,
+    Manifest,
+    changed_paths,
+    copy_tree,
+    count_rewritten,
+    diff_manifests,
+    find_ignored,
+    get_corpus,
+    list_captured_files,
+    measure_tree,
+    read_manifest,
+)
+from bench.turns import apply_turn, plan_turn
+
+STEPS = ("first_snapshot", "no_change_snapshot", "turn_snapshot", "restore", "noop_restore")
+STEP_TITLES = {"init": "init (not a scenario)", "first_snapshot": "first snapshot",
+               "no_change_snapshot": "no-change snapshot", "turn_snapshot": "snapshot after turn",
+               "restore": "restore to first", "noop_restore": "no-op restore"}
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class BenchFailure(RuntimeError):
+    """A step failed or a restore produced the wrong tree; the run must not report numbers."""
+
+
+@dataclass(slots=True)
+class Measured:
+    """One step: wall seconds over all its processes, the largest peak RSS among them."""
+
+    seconds: float
+    max_rss_kib: int
+    stdout: list[str] = field(default_factory=list)
+
+
+# Runs one command and writes "<wall seconds> <ru_maxrss KiB>" to argv[1]. Why a wrapper: on
+# Linux, exec() folds the high-water RSS of the image it replaces into the new process's
+# ru_maxrss, and a child forked (or vforked) from this harness starts from the harness's image,
+# so every step would report at least the harness's own peak (measured: 167 MiB for every git
+# step on the Linux tree, even ``git init``). This wrapper starts fresh with -I -S, so the floor
+# it passes on is its own ~10 MiB. ``wait4`` on the one child then gives exactly that process's
+# peak, including any descendants it waited for. ``getrusage(RUSAGE_CHILDREN)`` deltas would
+# not work either: it is a running max over all children ever reaped, so a step using less
+# memory than an earlier one would be invisible. Timing inside the wrapper leaves out its own
+# start-up but keeps the measured command's, which is part of the CLI contract being measured.
+_WRAPPER = """\
+import os, sys, time
+out, cmd = sys.argv[1], sys.argv[2:]
+start = time.perf_counter()
+pid = os.posix_spawnp(cmd[0], cmd, os.environ)
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - start
+with open(out, "w") as f:
+    f.write(f"{wall!r} {usage.ru_maxrss}")
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+def run_measured(cmds: Sequence[Sequence[str]], *, cwd: Path, env: dict[str, str]) -> Measured:
+    """Run commands one after another (stopping at the first failure) and measure them.
+
+    A step's time is the sum of its commands' wall times; its peak RSS is the max over them
+    (they run in sequence, so never the sum). Output goes to temp files, read after exit.
+    """
+    total, peak, outs = 0.0, 0, []
+    for cmd in cmds:
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+                tempfile.NamedTemporaryFile("r", prefix="ckpt-bench-rss-") as res:
+            code = subprocess.run([sys.executable, "-I", "-S", "-c", _WRAPPER, res.name, *cmd],
+                                  cwd=cwd, env=env, stdout=out, stderr=err,
+                                  stdin=subprocess.DEVNULL, check=False).returncode
+            out.seek(0)
+            err.seek(0)
+            if code != 0:
+                raise BenchFailure(f"{' '.join(cmd)} exited {code}: "
+                                   f"{err.read().decode(errors='replace').strip()[-2000:]}")
+            wall, rss = res.read().split()
+            total += float(wall)
+            peak = max(peak, int(rss))  # KiB on Linux
+            outs.append(out.read().decode(errors="replace"))
+    return Measured(total, peak, outs)
+
+
+class GitShadow:
+    """A shadow repo exactly as agent tools keep one: git dir outside the work tree."""
+
+    name = "git"
+
+    def __init__(self, work: Path, store: Path) -> None:
+        self.work = work
+        self.base = ["git", f"--git-dir={store}", f"--work-tree={work}"]
+        self.env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+                    "GIT_AUTHOR_NAME": "ckpt-bench", "GIT_AUTHOR_EMAIL": "bench@ckpt.invalid",
+                    "GIT_COMMITTER_NAME": "ckpt-bench", "GIT_COMMITTER_EMAIL": "bench@ckpt.invalid"}
+
+    def _run(self, *cmds: list[str]) -> Measured:
+        return run_measured([[*self.base, *c] for c in cmds], cwd=self.work, env=self.env)
+
+    def init(self) -> Measured:
+        # gc.auto=0 / maintenance.auto=false: on a kernel-sized first commit git's auto gc would
+        # detach a repack into the background, racing the next timed steps and the store-size
+        # reading. The reference figures (PERF-NOTES, issue 7: 83,609 store files) are the loose
+        # store, so we measure that; an agent tool that let gc run would pay it later.
+        return self._run(["init", "-q"], ["config", "core.autocrlf", "false"],
+                         ["config", "gc.auto", "0"], ["config", "maintenance.auto", "false"],
+                         ["config", "commit.gpgsign", "false"])
+
+    def snapshot(self, label: str) -> tuple[Measured, str]:
+        m = self._run(["add", "-A"], ["commit", "-q", "--allow-empty", "-m", label])
+        # The commit id lookup is left out of the timing (a tool could parse commit's output).
+        rev = run_measured([[*self.base, "rev-parse", "HEAD"]], cwd=self.work, env=self.env)
+        return m, rev.stdout[0].strip()
+
+    def restore(self, ref: str) -> Measured:
+        return self._run(["reset", "--hard", "-q", ref], ["clean", "-fdq"])
+
+    def captured_files(self) -> int:
+        out = run_measured([[*self.base, "ls-files", "-z"]], cwd=self.work, env=self.env)
+        return out.stdout[0].count("\0")
+
+
+class CkptCli:
+    """ckpt through its CLI contract (DESIGN.md), one whole process per command."""
+
+    name = "ckpt"
+
+    def __init__(self, work: Path, store: Path) -> None:
+        # Run from the scratch parent, never from the work tree: with ``python -c`` the current
+        # directory is on sys.path, so the stdlib corpus would shadow real modules and Python
+        # would write __pycache__ into the tree being measured.
+        self.cwd = work.parent
+        exe = shutil.which("ckpt")
+        launcher = [exe] if exe else [sys.executable, "-c", "from cli.main import main; main()"]
+        self.base = [*launcher, "--root", str(work), "--store", str(store)]
+        path = os.environ.get("PYTHONPATH")
+        self.env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{path}" if path
+                    else str(REPO_ROOT)}
+        for var in ("CKPT_ROOT", "CKPT_STORE", "CKPT_SESSION"):  # the flags must decide
+            self.env.pop(var, None)
+
+    def _run(self, *args: str) -> Measured:
+        return run_measured([[*self.base, *args]], cwd=self.cwd, env=self.env)
+
+    def init(self) -> Measured:
+        return self._run("init", "--json")
+
+    def snapshot(self, label: str) -> tuple[Measured, str]:
+        m = self._run("create", "--json", "-m", label)
+        return m, str(_parse_json(m, "create")["id"])
+
+    def restore(self, ref: str) -> Measured:
+        # Default restore: includes the pre-restore save, which the contract requires.
+        m = self._run("restore", ref, "--json")
+        _parse_json(m, "restore")
+        return m
+
+
+def _parse_json(m: Measured, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(m.stdout[0])
+    except (json.JSONDecodeError, IndexError) as exc:
+        raise BenchFailure(f"ckpt {what} --json printed no JSON: {m.stdout[:1]!r}") from exc
+    if not isinstance(value, dict):
+        raise BenchFailure(f"ckpt {what} --json printed {type(value).__name__}, not an object")
+    return value
+
+
+TOOLS: dict[str, type[GitShadow | CkptCli]] = {"git": GitShadow, "ckpt": CkptCli}
+
+
+def _check(expected: Manifest, actual: Manifest, what: str) -> None:
+    diffs = diff_manifests(expected, actual)
+    if diffs:
+        shown = "\n  ".join(diffs[:20])
+        raise BenchFailure(f"{what}: tree differs in {len(diffs)} paths:\n  {shown}")
+
+
+def _report(tool: GitShadow | CkptCli, m: Measured) -> object:
+    """ckpt's restore JSON (written/deleted/... counts) is kept raw; git prints nothing."""
+    return _parse_json(m, "restore") if isinstance(tool, CkptCli) else None
+
+
+def run_tool_round(tool_name: str, corpus: Corpus, baseline: Manifest, files: list[str],
+                   seed: int, scratch: Path, *, keep: bool = False) -> dict[str, Any]:
+    """One tool, one round, five steps on a fresh copy; returns the raw numbers."""
+    work, store = scratch / "work", scratch / "store"
+    scratch.mkdir(parents=True)
+    copy_tree(corpus.path, work)
+    store.mkdir()
+    # Flush the copy's dirty pages now so its writeback does not land inside the first step.
+    os.sync()
+    tool = TOOLS[tool_name](work, store)
+    steps: dict[str, dict[str, Any]] = {}
+
+    def record(step: str, m: Measured, **extra: object) -> None:
+        steps[step] = {"seconds": m.seconds, "max_rss_kib": m.max_rss_kib, **extra}
+
+    try:
+        record("init", tool.init())
+        m, first = tool.snapshot("first")
+        record("first_snapshot", m)
+        size = measure_tree(store)
+        m, _ = tool.snapshot("no-change")
+        record("no_change_snapshot", m)
+
+        turn = plan_turn(files, seed, find_ignored=lambda ps: find_ignored(corpus.path, ps))
+        apply_turn(work, turn)
+        after_turn = read_manifest(work)
+        changed = changed_paths(baseline, after_turn)
+        if changed != turn.paths:  # the turn itself must be exactly what was planned
+            raise BenchFailure(f"turn changed {sorted(changed ^ turn.paths)[:10]} unexpectedly")
+        m, _ = tool.snapshot("after-turn")
+        record("turn_snapshot", m)
+
+        m = tool.restore(first)
+        restored = read_manifest(work)
+        _check(baseline, restored, f"{tool_name} restore to the first snapshot")
+        record("restore", m, rewritten=count_rewritten(after_turn, restored),
+               report=_report(tool, m))
+        m = tool.restore(first)
+        again = read_manifest(work)
+        _check(baseline, again, f"{tool_name} no-op restore")
+        record("noop_restore", m, rewritten=count_rewritten(restored, again),
+               report=_report(tool, m))
+        result: dict[str, Any] = {
+            "tool": tool_name, "steps": steps, "store": asdict(size), "verified": True,
+            "turn": {"seed": seed, "edited": len(turn.edits), "added": len(turn.adds),
+                     "deleted": len(turn.deletes)}}
+        if isinstance(tool, GitShadow):
+            result["captured_files"] = tool.captured_files()
+        return result
+    finally:
+        if not keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def summarize(runs: list[dict[str, Any]], tools: Sequence[str]) -> dict[str, Any]:
+    """Medians per tool and step, paired ckpt/git ratios per round and their median."""
+    by = {t: [r for r in runs if r["tool"] == t] for t in tools}
+    out: dict[str, Any] = {}
+    for step in ("init", *STEPS):
+        row: dict[str, Any] = {}
+        for t in tools:
+            cells = [r["steps"][step] for r in by[t]]
+            row[t] = {"median_s": statistics.median(c["seconds"] for c in cells),
+                      "peak_rss_kib": max(c["max_rss_kib"] for c in cells)}
+            if "rewritten" in cells[0]:
+                row[t]["median_rewritten"] = statistics.median(c["rewritten"] for c in cells)
+        if "ckpt" in tools and "git" in tools:
+            # Paired by round: both tools ran back to back, so machine drift mostly cancels.
+            ratios = [c["steps"][step]["seconds"] / g["steps"][step]["seconds"]
+                      for c, g in zip(by["ckpt"], by["git"])]
+            row["ratios"] = ratios
+            row["median_ratio"] = statistics.median(ratios)
+        out[step] = row
+    out["store"] = {t: {k: statistics.median(r["store"][k] for r in by[t])
+                        for k in ("apparent_bytes", "allocated_bytes", "files")} for t in tools}
+    return out
+
+
+def _cell(value: float | None, spec: str) -> str:
+    return f"{'-':>10}" if value is None else format(value, spec)
+
+
+def render_table(report: dict[str, Any]) -> str:
+    """The human-readable summary: one row per scenario, then memory, store size, rewrites."""
+    s, c = report["summary"], report["corpus"]
+
+    def get(step: str, tool: str, key: str) -> float | None:
+        return s[step][tool].get(key) if tool in s[step] else None
+
+    lines = [(f"corpus {c['name']}: {c['captured_files']:,} captured files of {c['files']:,} "
+              f"({c['bytes'] / 1e6:,.0f} MB); {report['rounds']} rounds; {report['date']}"),
+             (f"{report['machine']['cpu']} x{report['machine']['nproc']}, "
+              f"{report['git_version']}, ckpt {report['ckpt_version']}"), "",
+             f"{'step (median wall s)':<28}{'ckpt':>10}{'git':>10}{'ckpt/git':>10}  per round"]
+    for step in ("init", *STEPS):
+        lines.append(f"{STEP_TITLES[step]:<28}{_cell(get(step, 'ckpt', 'median_s'), '10.3f')}"
+                     f"{_cell(get(step, 'git', 'median_s'), '10.3f')}"
+                     f"{_cell(s[step].get('median_ratio'), '10.2f')}  "
+                     + " ".join(f"{r:.2f}" for r in s[step].get("ratios", [])))
+    lines += ["", f"{'peak RSS (MiB, max of rounds)':<28}{'ckpt':>10}{'git':>10}"]
+    for step in STEPS:
+        cells = [get(step, t, "peak_rss_kib") for t in ("ckpt", "git")]
+        lines.append(f"{STEP_TITLES[step]:<28}" + "".join(
+            _cell(None if v is None else v / 1024, "10.1f") for v in cells))
+    lines.append(f"  (the RSS wrapper's floor is {report['rss_floor_kib'] / 1024:.1f} MiB: "
+                 "a value near it means 'at most that')")
+    lines += ["", f"{'store after first snapshot':<28}{'ckpt':>10}{'git':>10}"]
+    for key, title, div in (("apparent_bytes", "apparent MB", 1e6),
+                            ("allocated_bytes", "allocated MB", 1e6), ("files", "files", 1)):
+        cells = [s["store"][t][key] / div if t in s["store"] else None for t in ("ckpt", "git")]
+        lines.append(f"  {title:<26}" + "".join(_cell(v, "10,.0f") for v in cells))
+    lines += ["", f"{'paths rewritten (median)':<28}{'ckpt':>10}{'git':>10}"]
+    for step in ("restore", "noop_restore"):
+        lines.append(f"{STEP_TITLES[step]:<28}" + "".join(
+            _cell(get(step, t, "median_rewritten"), "10,.0f") for t in ("ckpt", "git")))
+    return "\n".join(lines)
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"nproc": len(os.sched_getaffinity(0)), "cpu": cpu, "kernel": platform.release(),
+            "python": platform.python_version()}
+
+
+def tool_versions() -> tuple[str, str]:
+    git = subprocess.run(["git", "--version"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    try:
+        ckpt = importlib.metadata.version("ckpt")
+    except importlib.metadata.PackageNotFoundError:
+        ckpt = "not installed"
+    return git, ckpt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.split(
+        "\n\n")[0])
+    ap.add_argument("--corpus", required=True, help="stdlib, linux, or a directory")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per tool (default 3)")
+    ap.add_argument("--tools", default="ckpt,git", help="comma list of ckpt,git (default both)")
+    ap.add_argument("--seed", type=int, default=1, help="seed of round 0's turn (round i: +i)")
+    ap.add_argument("--json", type=Path, help="write the full report with raw numbers here")
+    ap.add_argument("--scratch", type=Path, help="where copies go (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep scratch copies and stores")
+    args = ap.parse_args(argv)
+    tools = [t for t in args.tools.split(",") if t]
+    if not tools or any(t not in TOOLS for t in tools) or args.rounds < 1:
+        ap.error("--tools takes ckpt and/or git; --rounds must be >= 1")
+    try:
+        corpus = get_corpus(args.corpus)
+    except CorpusError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    scratch_root = Path(tempfile.mkdtemp(prefix="ckpt-compare-", dir=args.scratch))
+    print(f"corpus {corpus.name} at {corpus.path}; scratch {scratch_root}", file=sys.stderr)
+    captured = list_captured_files(corpus.path)
+    # The turn edits and deletes regular files only; symlinks stay as they are.
+    files = [f for f in captured if not (corpus.path / f).is_symlink()]
+    baseline = read_manifest(corpus.path)
+    git_version, ckpt_version = tool_versions()
+    runs: list[dict[str, Any]] = []
+    try:
+        for i in range(args.rounds):
+            order = tools if i % 2 == 0 else tools[::-1]  # alternate who goes first
+            for t in order:
+                print(f"round {i} {t} ...", file=sys.stderr, flush=True)
+                run = run_tool_round(t, corpus, baseline, files, args.seed + i,
+                                     scratch_root / f"r{i}-{t}", keep=args.keep)
+                runs.append({"round": i, "position": order.index(t), **run})
+    except BenchFailure as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if not args.keep:
+            shutil.rmtree(scratch_root, ignore_errors=True)
+    file_entries = [e for e in baseline.values() if e.kind != "dir"]
+    report: dict[str, Any] = {
+        "corpus": {"name": corpus.name, "path": str(corpus.path), "origin": corpus.origin,
+                   "files": len(file_entries),
+                   "bytes": sum((corpus.path / p).lstat().st_size for p, e in baseline.items()
+                                if e.kind == "file"),
+                   "captured_files": len(captured)},
+        "machine": machine_info(), "date": dt.datetime.now(dt.UTC).isoformat(
+            timespec="seconds"), "git_version": git_version, "ckpt_version": ckpt_version,
+        "rss_floor_kib": run_measured([["true"]], cwd=Path.cwd(), env=dict(os.environ)
+                                      ).max_rss_kib,
+        "rounds": args.rounds, "tools": tools, "seed": args.seed, "runs": runs,
+        "summary": summarize(runs, tools)}
+    print(render_table(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

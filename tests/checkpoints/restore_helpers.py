@@ -1,0 +1,92 @@
+"""Helpers shared by the restore, crash, state-machine and prune tests (not a test module).
+
+`tests/` directories are not packages and pytest runs with `--import-mode=importlib`, so the
+test modules load this file by path (`load_restore_helpers()` below, copied in each of them).
+Everything here looks at the real filesystem: no mocks.
+"""
+
+from __future__ import annotations
+
+import os
+import stat as statmod
+from collections.abc import Iterable
+
+STORE_DIR_NAME = ".ckpt"
+
+# What a path holds, as the restore contract sees it: ("dir",), ("file", bytes, exec bit),
+# ("link", target bytes).
+Node = tuple[object, ...]
+
+
+def tree_state(root: str | os.PathLike[str], *, skip: Iterable[str] = (STORE_DIR_NAME,)) -> dict[str, Node]:
+    """Every path under `root` (minus the top-level names in `skip`), never following links."""
+    skipped = set(skip)
+    state: dict[str, Node] = {}
+    root_s = os.fspath(root)
+
+    def walk(directory: str, prefix: str) -> None:
+        for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+            if not prefix and entry.name in skipped:
+                continue
+            rel = prefix + entry.name
+            st = entry.stat(follow_symlinks=False)
+            if statmod.S_ISLNK(st.st_mode):
+                state[rel] = ("link", os.fsencode(os.readlink(entry.path)))
+            elif statmod.S_ISDIR(st.st_mode):
+                state[rel] = ("dir",)
+                walk(entry.path, rel + "/")
+            else:
+                with open(entry.path, "rb") as stream:
+                    state[rel] = ("file", stream.read(), bool(st.st_mode & 0o100))
+
+    walk(root_s, "")
+    return state
+
+
+def stat_state(root: str | os.PathLike[str], *, skip: Iterable[str] = (STORE_DIR_NAME,)) -> dict[str, tuple[int, int]]:
+    """(inode, mtime_ns) of every non-directory under `root`: what a rewrite changes."""
+    skipped = set(skip)
+    result: dict[str, tuple[int, int]] = {}
+    root_s = os.fspath(root)
+    for dirpath, dirnames, filenames in os.walk(root_s):
+        if dirpath == root_s:
+            dirnames[:] = [d for d in dirnames if d not in skipped]
+            filenames = [f for f in filenames if f not in skipped]
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            result[os.path.relpath(path, root_s)] = (st.st_ino, st.st_mtime_ns)
+    return result
+
+
+def write_file(root: str | os.PathLike[str], rel: str, data: bytes, *, executable: bool = False) -> str:
+    """Write `data` at `rel` (parents created); returns the absolute path."""
+    path = os.path.join(os.fspath(root), rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as out:
+        out.write(data)
+    mode = os.stat(path).st_mode & 0o7777
+    os.chmod(path, mode | 0o111 if executable else mode & ~0o111)
+    return path
+
+
+def object_files(store_dir: str) -> list[str]:
+    """Paths of every loose object file of a store (`objects/ab/cdef…`)."""
+    base = os.path.join(store_dir, "objects")
+    found = []
+    for prefix in sorted(os.listdir(base)):
+        sub = os.path.join(base, prefix)
+        if len(prefix) != 2 or not os.path.isdir(sub):
+            continue
+        found.extend(os.path.join(sub, name) for name in sorted(os.listdir(sub)) if not name.startswith("."))
+    return found
+
+
+def store_bytes(store_dir: str) -> int:
+    """The size of a store as the growth contract counts it: the sum of its object files."""
+    return sum(os.path.getsize(path) for path in object_files(store_dir))
+
+
+def object_path(store_dir: str, oid: bytes) -> str:
+    text = oid.hex()
+    return os.path.join(store_dir, "objects", text[:2], text[2:])
