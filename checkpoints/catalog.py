@@ -348,20 +348,20 @@ class Catalog:
             return self._records(sql, params)
 
     def latest(self, *, session: str, turn_id: str | None = None,
-               reason: str | None = None) -> CheckpointRecord | None:
+               reason: str | None = None, root: str | None = None) -> CheckpointRecord | None:
         sql, params = _records_sql(session=session, turn_id=turn_id, reason=reason,
-                                   newest=True, limit=1)
+                                   root=root, newest=True, limit=1)
         with self._guard():
             found = self._records(sql, params)
         return found[0] if found else None
 
     def later_than(self, record: CheckpointRecord) -> list[CheckpointRecord]:
-        """Records of the same session after `record` in history order, oldest first."""
+        """Records of the same session and root after `record` in history order, oldest first."""
         us = _to_us(record.created_at)
-        sql = (f"SELECT {_COLUMNS} FROM checkpoints WHERE session = ? AND "
+        sql = (f"SELECT {_COLUMNS} FROM checkpoints WHERE session = ? AND root = ? AND "
                "(created_us > ? OR (created_us = ? AND id > ?)) ORDER BY created_us, id")
         with self._guard():
-            return self._records(sql, (record.session, us, us, record.id))
+            return self._records(sql, (record.session, os.fsencode(record.root), us, us, record.id))
 
     def delete_checkpoints(self, ids: Sequence[str], *, event: Event | None = None) -> None:
         """Delete these records (ids not present are ignored) and add `event`, in one txn."""

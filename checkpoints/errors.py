@@ -73,6 +73,17 @@ class UnknownCheckpoint(CheckpointError, KeyError):
         return f"unknown checkpoint: {_display(self.ref)}"
 
 
+class PathNotInCheckpoint(UnknownCheckpoint):
+    """The checkpoint exists but holds no file at this path."""
+
+    def __init__(self, checkpoint: str, path: bytes) -> None:
+        super().__init__(checkpoint)
+        self.path = path
+
+    def __str__(self) -> str:
+        return f"no file {_display(self.path)} in checkpoint {_display(self.ref)}"
+
+
 class AmbiguousCheckpoint(CheckpointError, KeyError):
     """An id prefix matches more than one checkpoint; `candidates` are some matches, sorted."""
 

@@ -8,6 +8,7 @@ committed, then the checkpoint reported. It never prints and never exits.
 
 from __future__ import annotations
 
+import builtins
 import os
 import random
 import shutil
@@ -22,7 +23,14 @@ from typing import Any, BinaryIO
 from checkpoints.catalog import Catalog
 from checkpoints.config import StoreConfig, read_config, write_config
 from checkpoints.diff import Change, diff_trees, iter_leaves
-from checkpoints.errors import NotInitialized, RestoreIncomplete, UnknownCheckpoint, UnsafePath
+from checkpoints.errors import (
+    NothingMatched,
+    NotInitialized,
+    PathNotInCheckpoint,
+    RestoreIncomplete,
+    UnknownCheckpoint,
+    UnsafePath,
+)
 from checkpoints.ignore import IgnoreRules
 from checkpoints.journal import RestoreIntent, clear_intent, read_intent, write_intent
 from checkpoints.lock import RootLock
@@ -32,8 +40,8 @@ from checkpoints.plan import RestorePlan, plan_restore
 from checkpoints.restore import ApplyReport, apply_plan, describe_conflicts, stage_files
 from checkpoints.retention import select_over_cap, select_prunable
 from checkpoints.scan import ProgressFn, ScanOptions, ScanResult, scan_paths, scan_workspace
-from checkpoints.statcache import StatCache, make_row, read_stat_cache, write_stat_cache, DirRecord, NAME
-from objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, hash_bytes
+from checkpoints.statcache import StatCache, make_row, read_stat_cache, write_stat_cache, DirRecord, KIND, NAME
+from objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, TreeEntry, hash_bytes
 from objstore.errors import StoreNotFound
 from objstore.fsck import FsckReport, check_store
 from objstore.gc import GcReport, collect_garbage
@@ -189,7 +197,7 @@ class Checkpoints:
             callback(event)
 
     def events(self, *, type: str | None = None, limit: int | None = None,  # noqa: A002
-               all_sessions: bool = False) -> list[Event]:
+               all_sessions: bool = False) -> builtins.list[Event]:
         return self.catalog.events(session=None if all_sessions else self.session, type=type, limit=limit)
 
     # -- locks and paths -----------------------------------------------------------------
@@ -254,6 +262,8 @@ class Checkpoints:
         rel = user_path_to_rel(self.root, os.fsdecode(path), cwd)
         if rel in self._store_rel() or any(rel.startswith(s + b"/") for s in self._store_rel()):
             raise UnsafePath(rel, "names the store")
+        if b".git" in rel.split(b"/"):  # excluded from every snapshot, so never tracked either
+            raise UnsafePath(rel, "lies in a .git directory")
         return rel
 
     # -- snapshots -----------------------------------------------------------------------
@@ -292,7 +302,7 @@ class Checkpoints:
         started = time.monotonic()
         created_at = self._clock()
         result = self._scan(covered, progress)
-        parent = self.catalog.latest(session=self.session)
+        parent = self.catalog.latest(session=self.session, root=self.root)
         duration = _ms(time.monotonic() - started)
         record = CheckpointRecord(
             id=new_checkpoint_id(int(created_at.timestamp() * 1000), self._rng),
@@ -313,7 +323,7 @@ class Checkpoints:
         self.catalog.add_checkpoint(record, event=event)
         self._emit(event)
         if self.config.retention_cap:
-            over = select_over_cap(self.catalog.history(session=self.session), self.config.retention_cap)
+            over = select_over_cap(self.history(), self.config.retention_cap)
             if over:
                 self._drop([r.id for r in over], reason="retention-cap")
         return record
@@ -324,22 +334,24 @@ class Checkpoints:
         return self.catalog.resolve(ref)
 
     def history(self, *, turn_id: str | None = None, reason: str | None = None,
-                all_sessions: bool = False) -> list[CheckpointRecord]:
+                all_sessions: bool = False) -> builtins.list[CheckpointRecord]:
+        # A store may be shared by several roots: a timeline is one root's checkpoints.
         return self.catalog.history(session=None if all_sessions else self.session,
-                                    turn_id=turn_id, reason=reason)
+                                    turn_id=turn_id, reason=reason, root=self.root)
 
-    def list(self) -> list[CheckpointRecord]:
+    def list(self) -> builtins.list[CheckpointRecord]:
         return self.history()
 
     def latest(self, *, turn_id: str | None = None, reason: str | None = None) -> CheckpointRecord | None:
-        return self.catalog.latest(session=self.session, turn_id=turn_id, reason=reason)
+        return self.catalog.latest(session=self.session, turn_id=turn_id, reason=reason,
+                                   root=self.root)
 
-    def files(self, ref: str) -> list[FileEntry]:
+    def files(self, ref: str) -> builtins.list[FileEntry]:
         record = self.get(ref)
         return [FileEntry(path, e.kind, e.size, e.oid, e.target)
                 for path, e in iter_leaves(self.objects.get_tree, record.tree, None)]
 
-    def diff(self, ref: str, ref2: str | None = None) -> list[Change]:
+    def diff(self, ref: str, ref2: str | None = None) -> builtins.list[Change]:
         record = self.get(ref)
         if ref2 is not None:
             return diff_trees(self.objects.get_tree, record.tree, self.get(ref2).tree)
@@ -347,23 +359,30 @@ class Checkpoints:
             current = self._scan(record.paths if record.scope == "paths" else None, None)
         return diff_trees(self.objects.get_tree, record.tree, current.tree)
 
-    def _find_entry(self, record: CheckpointRecord, path: str | bytes):  # type: ignore[no-untyped-def]
-        rel = self._rel(path)
-        tree = self.objects.get_tree(record.tree)
+    def _lookup(self, tree_id: ObjectId, rel: RelPath) -> TreeEntry | None:
+        """The entry at `rel` in a checkpoint's tree (tombstones count as absent)."""
+        tree = self.objects.get_tree(tree_id)
         parts = rel.split(b"/")
         for index, part in enumerate(parts):
             entry = tree.find(part)
             if entry is None or entry.kind is EntryKind.TOMBSTONE:
-                break
+                return None
             if index == len(parts) - 1:
-                return rel, entry
-            if entry.kind is not EntryKind.TREE:
-                break
-            tree = self.objects.get_tree(entry.oid)  # type: ignore[arg-type]
-        raise UnknownCheckpoint(f"{record.id}:{os.fsdecode(rel)}")
+                return entry
+            if entry.kind is not EntryKind.TREE or entry.oid is None:
+                return None
+            tree = self.objects.get_tree(entry.oid)
+        return None
+
+    def _find_entry(self, record: CheckpointRecord, path: str | bytes) -> TreeEntry:
+        rel = self._rel(path)
+        entry = self._lookup(record.tree, rel)
+        if entry is None:
+            raise PathNotInCheckpoint(record.id, rel)
+        return entry
 
     def read_file(self, ref: str, path: str | bytes) -> bytes:
-        _, entry = self._find_entry(self.get(ref), path)
+        entry = self._find_entry(self.get(ref), path)
         if entry.kind is EntryKind.SYMLINK:
             return entry.target  # type: ignore[no-any-return]
         if entry.kind is EntryKind.TREE:
@@ -372,7 +391,7 @@ class Checkpoints:
 
     def copy_file(self, ref: str, path: str | bytes, out: BinaryIO) -> int:
         """Stream one file of a checkpoint into `out` (verified at the end)."""
-        _, entry = self._find_entry(self.get(ref), path)
+        entry = self._find_entry(self.get(ref), path)
         if entry.kind is EntryKind.SYMLINK:
             out.write(entry.target)
             return len(entry.target)
@@ -388,6 +407,12 @@ class Checkpoints:
                 progress: ProgressFn | None = None) -> RestoreReport:
         target = self.get(ref)
         only = None if paths is None or not paths else tuple(self._user_rel(p, None) for p in paths)
+        if only is not None and not any(
+            self._lookup(target.tree, p) is not None or os.path.lexists(self._root_b + b"/" + p)
+            for p in only
+        ):
+            shown = ", ".join(map(os.fsdecode, only))
+            raise NothingMatched(f"--path {shown} matches nothing in {target.id} or the workspace")
         started = time.monotonic()
         with self._writing("restore"):
             covered = target.paths if target.scope == "paths" else None
@@ -399,9 +424,6 @@ class Checkpoints:
                 current = pre.tree
             else:
                 current = self._scan(covered, progress).tree
-            plan = self._plan(target, current, only)
-            if dry_run:
-                return self._report(target, plan, ApplyReport(), None, (), True, started)
             intent = RestoreIntent(
                 checkpoint=target.id, tree=target.tree, scope=target.scope,
                 covered=target.paths, absent_parents=target.absent_parents,
@@ -409,12 +431,40 @@ class Checkpoints:
                 pre_restore=pre.id if pre else None, record_event=record_event,
                 discard_later=discard_later, staging=self._staging_dir(),
             )
+            plan = self._plan(intent, current)
+            if dry_run:
+                return self._report(target, plan, ApplyReport(), None, (), True, started)
             return self._execute(intent, target, plan, started, progress)
 
-    def _plan(self, target: CheckpointRecord, current: ObjectId, only: Sequence[RelPath] | None) -> RestorePlan:
-        return plan_restore(self.objects.get_tree, current, target.tree, scope=target.scope,
-                            covered=target.paths, absent_parents=target.absent_parents,
-                            keep=[s.path for s in target.skipped], only=only)
+    def _plan(self, intent: RestoreIntent, current: ObjectId) -> RestorePlan:
+        """Plan from `current`, the state the scan just saw (and wrote to the stat cache)."""
+        return plan_restore(self.objects.get_tree, current, intent.tree, scope=intent.scope,
+                            covered=intent.covered, absent_parents=intent.absent_parents,
+                            keep=intent.keep, only=intent.only, reserved=self._store_rel(),
+                            count_leaves=self._leaf_counts().get)
+
+    def _leaf_counts(self) -> dict[bytes, int]:
+        """Tree id -> leaves below, for every directory of the last scan: so a plan counts an
+        equal subtree as unchanged without loading it (the dominant cost of a no-op restore)."""
+        cache = read_stat_cache(self._cache_path, gc_generation=self._gc_generation())
+        by_key: dict[bytes, int] = {}
+        by_tree: dict[bytes, int] = {}
+        for key in sorted(cache.dirs, key=lambda k: k.count(b"/") + bool(k), reverse=True):
+            record = cache.dirs[key]
+            total = 0
+            for row in record.rows:
+                if row[KIND] == EntryKind.TREE:
+                    below = by_key.get(key + b"/" + row[NAME] if key else row[NAME])
+                    if below is None:
+                        break  # unknown subdirectory: the planner counts this one itself
+                    total += below
+                elif row[KIND] != EntryKind.TOMBSTONE:
+                    total += 1
+            else:
+                by_key[key] = total
+                if record.tree:
+                    by_tree[bytes(record.tree)] = total
+        return by_tree
 
     def _staging_dir(self) -> bytes:
         # Staged files are renamed into place, so they must be on the root's filesystem.
@@ -518,10 +568,7 @@ class Checkpoints:
         except UnknownCheckpoint:
             target = None
         covered = intent.covered if intent.scope == "paths" else None
-        current = self._scan(covered, None).tree
-        plan = plan_restore(self.objects.get_tree, current, intent.tree, scope=intent.scope,
-                            covered=intent.covered, absent_parents=intent.absent_parents,
-                            keep=intent.keep, only=intent.only)
+        plan = self._plan(intent, self._scan(covered, None).tree)
         if target is None:  # pruned meanwhile: finish the tree, skip the bookkeeping
             staged = stage_files(plan, self.objects, intent.staging)
             try:

@@ -1,0 +1,221 @@
+"""Looking after the store: `prune`, `gc`, `fsck`, `stats`, `events`.
+
+`fsck` exits 5 when it finds damage, after printing every problem (stdout) and the one-line
+error (stderr), so a script gets both the list and the code.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from cli.context import State, json_option, pass_state
+from cli.errors import DamageFound
+from cli.params import parse_duration
+from cli.render import (
+    display_path,
+    format_size,
+    format_when,
+    one_line,
+    path_text,
+    table,
+    write_json,
+    write_lines,
+)
+
+if TYPE_CHECKING:
+    from checkpoints.model import Event
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]  # generic only in click >= 8.2
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        try:
+            return parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+@click.command(epilog="""\b
+Examples:
+  ckpt prune --reason pre-tool --keep-latest 20   # keep the 20 newest pre-tool checkpoints
+  ckpt prune --older-than 7d                      # drop what is older than a week
+  ckpt prune --turn 7 --dry-run                   # what would go
+\b
+Durations: 30s, 15m, 2h, 7d, 1w, or sums like 1h30m.
+""")
+@click.option("--reason", metavar="R", help="Only checkpoints taken for reason R.")
+@click.option("--turn", "turn_id", metavar="T", help="Only checkpoints of turn T.")
+@click.option("--keep-latest", type=click.IntRange(min=0), metavar="N",
+              help="Spare the newest N of the matching checkpoints.")
+@click.option("--older-than", type=Duration(), metavar="DUR",
+              help="Only checkpoints older than DUR.")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@json_option
+@pass_state
+def prune(state: State, reason: str | None, turn_id: str | None, keep_latest: int | None,
+          older_than: timedelta | None, dry_run: bool, as_json: bool) -> None:
+    """Drop the session's checkpoints matching every filter given, then collect garbage.
+
+    At least one filter is required: pruning everything must not be one typo away.
+    """
+    if reason is None and turn_id is None and keep_latest is None and older_than is None:
+        raise click.UsageError("give at least one of --reason, --turn, --keep-latest, "
+                               "--older-than")
+    report = state.open().prune(reason=reason, turn_id=turn_id, keep_latest=keep_latest,
+                                older_than=older_than, dry_run=dry_run)
+    if as_json:
+        write_json(report.to_json())
+        return
+    if dry_run:
+        write_lines([f"would remove {i}" for i in report.removed]
+                    + [f"would remove {len(report.removed)} checkpoint(s)"])
+        return
+    write_lines([(f"removed {len(report.removed)} checkpoint(s), {report.objects_removed} "
+                  f"object(s), {format_size(report.bytes_freed)} freed")])
+
+
+@click.command(epilog="""\b
+Examples:
+  ckpt gc
+  ckpt gc --dry-run --json
+""")
+@click.option("--dry-run", is_flag=True, help="Count what would be removed; remove nothing.")
+@json_option
+@pass_state
+def gc(state: State, dry_run: bool, as_json: bool) -> None:
+    """Remove objects no checkpoint needs (older than the gc_grace_seconds setting)."""
+    report = state.open().gc(dry_run=dry_run)
+    if as_json:
+        write_json({"objects_removed": report.objects_removed,
+                    "bytes_freed": report.bytes_freed, "objects_kept": report.objects_kept,
+                    "objects_young": report.objects_young,
+                    "temporaries_removed": report.temporaries_removed,
+                    "dry_run": report.dry_run})
+        return
+    verb = "would remove" if dry_run else "removed"
+    write_lines([(f"{verb} {report.objects_removed} object(s), "
+                  f"{format_size(report.bytes_freed)}; kept {report.objects_kept} reachable, "
+                  f"{report.objects_young} young")])
+
+
+def _damage_json(d: Any) -> dict[str, Any]:
+    return {"oid": d.oid.hex(), "problem": d.problem, "reason": d.reason,
+            "parent": d.parent.hex() if d.parent is not None else None,
+            "name": display_name(d.name)}
+
+
+def display_name(name: bytes | None) -> str | None:
+    return path_text(name) if name is not None else None
+
+
+@click.command(epilog="""\b
+Examples:
+  ckpt fsck            # every object the checkpoints need is present and sound
+  ckpt fsck --full     # also re-hash every object in the store
+""")
+@click.option("--full", is_flag=True,
+              help="Read and verify every object (slow), not only what is reachable.")
+@json_option
+@pass_state
+def fsck(state: State, full: bool, as_json: bool) -> None:
+    """Check the store; exit 5 and list every damaged object and checkpoint if any."""
+    check = state.open().fsck(full=full)
+    objects = check.objects
+    if as_json:
+        write_json({"ok": check.ok, "full": objects.full, "trees_checked": objects.trees_checked,
+                    "blobs_checked": objects.blobs_checked,
+                    "objects_verified": objects.objects_verified,
+                    "problems": [_damage_json(d) for d in objects.problems],
+                    "damaged_checkpoints": list(check.damaged_checkpoints)})
+    else:
+        lines = []
+        for d in objects.problems:
+            where = ""
+            if d.parent is not None:
+                where = f" (in tree {d.parent.hex()} as {display_path(d.name or b'?')})"
+            why = "" if d.problem == "missing" else f": {d.reason}"
+            lines.append(f"{d.problem} object {d.oid.hex()}{why}{where}")
+        lines.extend(f"damaged checkpoint {i}" for i in check.damaged_checkpoints)
+        if check.ok:
+            lines.append(f"ok: {objects.trees_checked} trees, {objects.blobs_checked} blobs"
+                         + (f", {objects.objects_verified} objects verified" if full else ""))
+        write_lines(lines)
+    if not check.ok:
+        raise DamageFound(len(objects.problems), len(check.damaged_checkpoints))
+
+
+@click.command(epilog="""\b
+Examples:
+  ckpt stats
+  ckpt stats --json | jq .dedup_ratio
+""")
+@json_option
+@pass_state
+def stats(state: State, as_json: bool) -> None:
+    """Objects, bytes on disk, logical bytes, dedup ratio, checkpoints per session.
+
+    Logical bytes add up every checkpoint's files; the dedup ratio is logical / on disk.
+    """
+    s = state.open().stats()
+    if as_json:
+        write_json({"objects": s.objects, "stored_bytes": s.stored_bytes,
+                    "logical_bytes": s.logical_bytes, "dedup_ratio": round(s.dedup_ratio, 3),
+                    "checkpoints": s.checkpoints, "sessions": dict(s.sessions)})
+        return
+    lines = [f"objects        {s.objects}",
+             f"on disk        {format_size(s.stored_bytes)} ({s.stored_bytes} bytes)",
+             f"logical        {format_size(s.logical_bytes)} ({s.logical_bytes} bytes)",
+             f"dedup ratio    {s.dedup_ratio:.2f}x",
+             f"checkpoints    {s.checkpoints}"]
+    lines.extend(f"  {name}  {count}" for name, count in s.sessions.items())
+    write_lines(lines)
+
+
+def _event_details(data: dict[str, Any]) -> str:
+    parts = []
+    for key, value in data.items():
+        if value is None or key in ("type", "at", "session"):
+            continue
+        if isinstance(value, (list, tuple)):
+            parts.append(f"{key}={len(value)}")
+        elif isinstance(value, dict):
+            continue
+        else:
+            parts.append(f"{key}={one_line(str(value), 60)}")
+    return " ".join(parts)
+
+
+@click.command(epilog="""\b
+Examples:
+  ckpt events --limit 20
+  ckpt events --type checkpoint:restore --all-sessions --json
+""")
+@click.option("--type", "type_", metavar="T",
+              help="Only events of type T (checkpoint:create, checkpoint:restore, "
+                   "checkpoint:prune).")
+@click.option("--limit", type=click.IntRange(min=0), metavar="N",
+              help="Only the newest N (still printed oldest first).")
+@click.option("--all-sessions", is_flag=True, help="Every session, not only --session.")
+@json_option
+@pass_state
+def events(state: State, type_: str | None, limit: int | None, all_sessions: bool,
+           as_json: bool) -> None:
+    """List the session's events (creates, restores, prunes), oldest first."""
+    found: list[Event] = state.open().events(type=type_, limit=limit, all_sessions=all_sessions)
+    if as_json:
+        write_json([e.to_json() for e in found])
+        return
+    rows = [[format_when(e.at), e.type, one_line(e.session, 24), _event_details(e.to_json())]
+            for e in found]
+    if rows:
+        write_lines(table(["at (UTC)", "type", "session", "details"], rows))
+
+
+COMMANDS = [prune, gc, fsck, stats, events]

@@ -1,0 +1,131 @@
+"""Going back: `restore` (with --dry-run, --no-save, --no-event, --discard-later, --path) and
+`recover` (finish a restore that was killed).
+
+A partial restore (`RestoreIncomplete`, exit 3) still prints its report: on stdout as JSON with
+--json, else as the summary line, before the error line on stderr.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from cli.context import State, complete_checkpoint_id, json_option, pass_state, user_path
+from cli.render import display_path, format_size, write_json, write_lines
+
+if TYPE_CHECKING:
+    from checkpoints.plan import RestorePlan
+    from checkpoints.service import RestoreReport
+
+
+def summary_line(report: RestoreReport) -> str:
+    head = f"would restore {report.id}" if report.dry_run else f"restored {report.id}"
+    line = (f"{head}: {report.written} written, {report.deleted} deleted, "
+            f"{report.dirs_created} dirs created, {report.dirs_removed} dirs removed, "
+            f"{report.unchanged} unchanged ({format_size(report.bytes_written)})")
+    if report.discarded:
+        line += f"; {len(report.discarded)} later checkpoint(s) discarded"
+    if report.pre_restore:
+        line += f"; undo: ckpt restore {report.pre_restore}"
+    return line
+
+
+def plan_lines(plan: RestorePlan) -> list[str]:
+    """The plan in the order it is applied, one action per line."""
+    lines: list[str] = []
+
+    def removal(path: bytes, is_dir: bool) -> str:
+        return f"{'rmdir' if is_dir else 'delete':<6} {display_path(path)}"
+
+    for r in plan.pre_removals:
+        lines.append(removal(r.path, r.kind.name == "TREE"))
+    for d in plan.mkdirs:
+        lines.append(f"{'mkdir':<6} {display_path(d)}")
+    for w in plan.writes:
+        if w.entry.kind.name == "SYMLINK":
+            target = display_path(w.entry.target or b"")
+            lines.append(f"{'link':<6} {display_path(w.path)} -> {target}")
+        else:
+            lines.append(f"{'write':<6} {display_path(w.path)}")
+    for path, executable in plan.chmods:
+        lines.append(f"{'chmod':<6} {'+x' if executable else '-x'} {display_path(path)}")
+    for r in plan.removals:
+        lines.append(removal(r.path, r.kind.name == "TREE"))
+    return lines
+
+
+@click.command(epilog="""\b
+Examples:
+  ckpt restore ckpt-1764433022123             # saves the current state first, prints undo
+  ckpt restore ckpt-17644 --dry-run           # show the plan, change nothing
+  ckpt restore ckpt-17644 --path src/app.py   # only this path
+  ckpt restore "$(ckpt latest --reason pre-tool)" --json
+""")
+@click.argument("id", shell_complete=complete_checkpoint_id)
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@click.option("--no-save", is_flag=True,
+              help="Do not save the current state first (the restore cannot be undone).")
+@click.option("--no-event", is_flag=True, help="Do not record a checkpoint:restore event.")
+@click.option("--discard-later", is_flag=True,
+              help="Drop the session's checkpoints newer than ID (no redo).")
+@click.option("--path", "paths", metavar="P", multiple=True, type=click.Path(path_type=str),
+              help="Restore only P (repeatable; relative to the current directory).")
+@json_option
+@pass_state
+def restore(state: State, id: str, dry_run: bool, no_save: bool, no_event: bool,
+            discard_later: bool, paths: tuple[str, ...], as_json: bool) -> None:
+    """Make the workspace match checkpoint ID (any unique prefix).
+
+    Only what differs is touched. The current state is saved first as a 'pre-restore'
+    checkpoint, whose id the summary prints: restoring it undoes the restore. Ignored files
+    and paths the checkpoint did not capture are never deleted.
+    """
+    from checkpoints.errors import RestoreIncomplete
+
+    service = state.open()
+    try:
+        with state.progress() as progress:
+            report = service.restore(id, record_event=not no_event, dry_run=dry_run,
+                                     discard_later=discard_later, save=not no_save,
+                                     paths=[user_path(p) for p in paths] or None,
+                                     progress=progress)
+    except RestoreIncomplete as exc:
+        partial = getattr(exc, "report", None)
+        if partial is not None:
+            _print(partial, as_json)
+        raise
+    if dry_run and not as_json:
+        write_lines(plan_lines(report.plan))
+    _print(report, as_json)
+
+
+def _print(report: RestoreReport, as_json: bool) -> None:
+    if as_json:
+        write_json(report.to_json())
+    else:
+        write_lines([summary_line(report)])
+
+
+@click.command(epilog="""\b
+Examples:
+  ckpt recover          # after a crash or kill -9 during 'ckpt restore'
+""")
+@json_option
+@pass_state
+def recover(state: State, as_json: bool) -> None:
+    """Finish a restore that was interrupted (the next create, restore or diff would too).
+
+    JSON: {"recovered": bool, "restore": <restore report> | null}.
+    """
+    report = state.open().recover()
+    if as_json:
+        write_json({"recovered": report is not None,
+                    "restore": report.to_json() if report is not None else None})
+    elif report is None:
+        write_lines(["nothing to recover"])
+    else:
+        write_lines([summary_line(report)])
+
+
+COMMANDS = [restore, recover]

@@ -1,0 +1,337 @@
+"""Taking and inspecting checkpoints: `create`, `list`, `latest`, `show`, `diff`, `cat`.
+
+Thin: each command parses options, calls one `Checkpoints` method and hands the result to
+`cli/render.py`. The library is imported inside the commands (see `cli/context.py`).
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import click
+
+from cli.context import (
+    State,
+    complete_checkpoint_id,
+    json_option,
+    pass_state,
+    text_callback,
+    user_path,
+)
+from cli.params import parse_meta
+from cli.progress import stderr_is_terminal
+from cli.render import (
+    display_path,
+    dumps,
+    format_size,
+    format_when,
+    key_values,
+    one_line,
+    path_text,
+    table,
+    write_json,
+    write_lines,
+)
+
+if TYPE_CHECKING:
+    from checkpoints.model import CheckpointRecord
+    from checkpoints.service import FileEntry
+
+MAX_SKIPPED_SHOWN = 20
+
+
+def _meta_callback(ctx: click.Context, param: click.Parameter,
+                   value: tuple[str, ...]) -> dict[str, str]:
+    try:
+        return parse_meta(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _checkpoint_id(name: str = "id", *, required: bool = True) -> Callable[[Any], Any]:
+    return click.argument(name, required=required, shell_complete=complete_checkpoint_id)
+
+
+def warn_skipped(record: CheckpointRecord) -> None:
+    """Paths a checkpoint did not capture are never silent (stderr, one line each)."""
+    for item in record.skipped[:MAX_SKIPPED_SHOWN]:
+        click.echo(f"ckpt: warning: not captured: {display_path(item.path)} ({item.reason})",
+                   err=True)
+    if len(record.skipped) > MAX_SKIPPED_SHOWN:
+        click.echo(f"ckpt: warning: ... and {len(record.skipped) - MAX_SKIPPED_SHOWN} more "
+                   "('ckpt show ID' lists them)", err=True)
+
+
+def summarize_record(record: CheckpointRecord) -> str:
+    s = record.stats
+    return (f"{record.id}: {s.files} files ({format_size(s.bytes)}), {s.new_objects} new "
+            f"objects ({format_size(s.new_bytes)}), {s.duration_ms} ms")
+
+
+@click.command(epilog="""\b
+Examples:
+  ckpt create -m "before tool call" --turn 7 --tool-call call_42
+  ckpt create --reason pre-edit --meta model=opus --meta attempt=2
+  id=$(ckpt create --turn 7) && echo "checkpoint $id"
+""")
+@click.option("-m", "--label", callback=text_callback, help="A short label for people.")
+@click.option("--reason", callback=text_callback,
+              help="Why it was taken (e.g. pre-tool, post-turn); 'list' and 'prune' filter on it.")
+@click.option("--turn", "turn_id", metavar="T", callback=text_callback,
+              help="The agent turn id.")
+@click.option("--message", "message_id", metavar="M", callback=text_callback,
+              help="The conversation message id.")
+@click.option("--tool-call", "tool_call_id", metavar="C", callback=text_callback,
+              help="The tool call id.")
+@click.option("--summary", metavar="S", callback=text_callback, help="A longer description.")
+@click.option("--meta", "metadata", metavar="K=V", multiple=True, callback=_meta_callback,
+              help="Metadata (repeatable); values are stored as text.")
+@click.option("--path", "paths", metavar="P", multiple=True, type=click.Path(path_type=str),
+              help="Also cover P (repeatable; relative to the current directory); with "
+                   "--path or tracked paths the checkpoint covers only those.")
+@json_option
+@pass_state
+def create(state: State, label: str | None, reason: str | None, turn_id: str | None,
+           message_id: str | None, tool_call_id: str | None, summary: str | None,
+           metadata: dict[str, str], paths: tuple[str, ...], as_json: bool) -> None:
+    """Take a checkpoint of the workspace; print its id.
+
+    Covers the whole tree (minus the store, .git and ignored files) unless the session has
+    tracked paths or --path is given. Paths it could not capture (too large, unreadable) are
+    named on stderr.
+    """
+    service = state.open()
+    with state.progress() as progress:
+        record = service.create(label=label, reason=reason, turn_id=turn_id,
+                                message_id=message_id, tool_call_id=tool_call_id,
+                                summary=summary, metadata=metadata,
+                                paths=[user_path(p) for p in paths] or None, progress=progress)
+    warn_skipped(record)
+    if as_json:
+        write_json(record.to_json())
+    else:
+        write_lines([record.id])
+        if stderr_is_terminal():
+            click.echo(f"ckpt: {summarize_record(record)}", err=True)
+
+
+_LIST_EPILOG = """\b
+Examples:
+  ckpt list
+  ckpt list --turn 7 --reason pre-tool
+  ckpt list --all-sessions --json | jq -r '.[].id'
+"""
+
+
+@click.command("list", epilog=_LIST_EPILOG)
+@click.option("--turn", "turn_id", metavar="T", help="Only checkpoints of turn T.")
+@click.option("--reason", metavar="R", help="Only checkpoints taken for reason R.")
+@click.option("--all-sessions", is_flag=True, help="Every session, not only --session.")
+@json_option
+@pass_state
+def list_(state: State, turn_id: str | None, reason: str | None, all_sessions: bool,
+          as_json: bool) -> None:
+    """List checkpoints, oldest first.
+
+    Columns: id, created (UTC), session (with --all-sessions), reason, turn, label, files,
+    changed (files read because they were new or modified since the previous scan).
+    """
+    records = state.open().history(turn_id=turn_id, reason=reason, all_sessions=all_sessions)
+    if as_json:
+        write_json([r.to_json() for r in records])
+        return
+    if not records:
+        return
+    header = ["id", "created (UTC)"] + (["session"] if all_sessions else []) + [
+        "reason", "turn", "label", "files", "changed"]
+    rows = []
+    for r in records:
+        rows.append([r.id, format_when(r.created_at)]
+                    + ([one_line(r.session, 24)] if all_sessions else [])
+                    + [one_line(r.reason, 16), one_line(r.turn_id, 16), one_line(r.label),
+                       str(r.stats.files), str(r.stats.hashed)])
+    width = len(header)
+    write_lines(table(header, rows, right=frozenset({width - 2, width - 1})))
+
+
+@click.command(epilog="""\b
+Examples:
+  ckpt latest                       # newest checkpoint of the session
+  ckpt latest --turn 7 --reason pre-tool
+  ckpt restore "$(ckpt latest --reason pre-tool)"
+""")
+@click.option("--turn", "turn_id", metavar="T", help="Only checkpoints of turn T.")
+@click.option("--reason", metavar="R", help="Only checkpoints taken for reason R.")
+@json_option
+@pass_state
+def latest(state: State, turn_id: str | None, reason: str | None, as_json: bool) -> None:
+    """Print the newest matching checkpoint of the session (exit 3 if none)."""
+    from checkpoints.errors import NothingMatched
+
+    service = state.open()
+    record = service.latest(turn_id=turn_id, reason=reason)
+    if record is None:
+        filters = [f"turn {turn_id}" if turn_id is not None else "",
+                   f"reason {reason}" if reason is not None else ""]
+        what = " and ".join(f for f in filters if f)
+        raise NothingMatched(f"no checkpoint in session {service.session}"
+                             + (f" with {what}" if what else ""))
+    if as_json:
+        write_json(record.to_json())
+    else:
+        write_lines([record.id])
+
+
+def file_json(entry: FileEntry) -> dict[str, Any]:
+    out: dict[str, Any] = {"path": path_text(entry.path), "kind": entry.kind.name.lower(),
+                           "size": entry.size}
+    if entry.target is not None:
+        out["target"] = path_text(entry.target)
+    else:
+        out["oid"] = entry.oid.hex() if entry.oid is not None else None
+    return out
+
+
+@click.command(epilog="""\b
+Examples:
+  ckpt show ckpt-1764433022123
+  ckpt show ckpt-17644 --json | jq '.files[].path'
+""")
+@_checkpoint_id()
+@json_option
+@pass_state
+def show(state: State, id: str, as_json: bool) -> None:
+    """Show checkpoint ID (any unique prefix) and the files it holds."""
+    service = state.open()
+    record = service.get(id)
+    files = service.files(record.id)
+    if as_json:
+        write_json({**record.to_json(), "files": [file_json(f) for f in files]})
+        return
+    s = record.stats
+    pairs = [
+        ("id", record.id), ("created", record.to_json()["created_at"]), ("session", record.session),
+        ("scope", record.scope), ("parent", record.parent or "-"), ("label", record.label or "-"),
+        ("reason", record.reason or "-"), ("turn", record.turn_id or "-"),
+        ("message", record.message_id or "-"), ("tool call", record.tool_call_id or "-"),
+        ("summary", one_line(record.summary, 200)),
+        ("metadata", " ".join(f"{k}={v if isinstance(v, str) else dumps(v, indent=None)}"
+                              for k, v in record.to_json()["metadata"].items()) or "-"),
+        ("tree", record.tree.hex()),
+        ("stats", (f"{s.files} files, {format_size(s.bytes)}; {s.new_objects} new objects "
+                   f"({format_size(s.new_bytes)}); {s.duration_ms} ms")),
+    ]
+    if record.scope == "paths":
+        pairs.append(("paths", " ".join(display_path(p) for p in record.paths)))
+    lines = key_values(pairs)
+    for item in record.skipped:
+        lines.append(f"not captured: {display_path(item.path)} ({item.reason})")
+    lines.append("")
+    rows = []
+    for f in files:
+        name = display_path(f.path)
+        if f.target is not None:
+            name += " -> " + display_path(f.target)
+        rows.append([f.kind.name.lower(), str(f.size), name])
+    lines.extend(table(["kind", "size", "path"], rows, right=frozenset({1})))
+    write_lines(lines)
+
+
+def _accepts_progress(method: Callable[..., Any]) -> bool:
+    try:
+        return "progress" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+@click.command(epilog="""\b
+Examples:
+  ckpt diff ckpt-1764433022123                  # checkpoint vs the working tree
+  ckpt diff ckpt-1764433022123 ckpt-1764433099  # between two checkpoints
+\b
+A added  D deleted  M modified (content or exec bit)  T type changed (file <-> symlink)
+""")
+@_checkpoint_id("id")
+@_checkpoint_id("id2", required=False)
+@json_option
+@pass_state
+def diff(state: State, id: str, id2: str | None, as_json: bool) -> None:
+    """Show what changed from checkpoint ID to the working tree (or to checkpoint ID2)."""
+    service = state.open()
+    with state.progress() as progress:
+        if id2 is None and progress is not None and _accepts_progress(service.diff):
+            changes = service.diff(id, None, progress=progress)  # type: ignore[call-arg]
+        else:
+            changes = service.diff(id, id2)
+    if as_json:
+        write_json([{"path": path_text(c.path), "change": c.change} for c in changes])
+    else:
+        write_lines(f"{c.change} {display_path(c.path)}" for c in changes)
+
+
+class _Base64Writer:
+    """A binary sink that writes base64 text in pieces (multiples of 3 input bytes).
+
+    `prefix` is written before the first piece, so an error raised before any content
+    (no such file) leaves stdout empty.
+    """
+
+    def __init__(self, out: BinaryIO, prefix: bytes) -> None:
+        self.out = out
+        self.prefix: bytes | None = prefix
+        self.pending = b""
+
+    def _start(self) -> None:
+        if self.prefix is not None:
+            self.out.write(self.prefix)
+            self.prefix = None
+
+    def write(self, data: bytes) -> int:
+        self._start()
+        data = self.pending + bytes(data)
+        cut = len(data) - len(data) % 3
+        self.out.write(base64.b64encode(data[:cut]))
+        self.pending = data[cut:]
+        return len(data) - len(self.pending)
+
+    def close(self) -> None:
+        self._start()
+        self.out.write(base64.b64encode(self.pending))
+        self.pending = b""
+
+
+@click.command(epilog="""\b
+Examples:
+  ckpt cat ckpt-1764433022123 src/app.py > app.py.old
+  ckpt cat ckpt-17644 src/app.py | diff - src/app.py
+  ckpt cat ckpt-17644 logo.png --json | jq -r .content_base64 | base64 -d > logo.png
+""")
+@_checkpoint_id()
+@click.argument("path")
+@json_option
+@pass_state
+def cat(state: State, id: str, path: str, as_json: bool) -> None:
+    """Write file PATH of checkpoint ID to stdout (PATH relative to the workspace root).
+
+    Streams the bytes (verified at the end: a corrupt object exits 5). A symlink prints its
+    target. With --json: {"id", "path", "content_base64", "size"}.
+    """
+    service = state.open()
+    record = service.get(id)
+    stdout = click.get_binary_stream("stdout")
+    if not as_json:
+        service.copy_file(record.id, path, stdout)
+        stdout.flush()
+        return
+    head = dumps({"id": record.id, "path": path})[:-2]  # drop the closing "\n}"
+    encoder = _Base64Writer(stdout, head.encode("utf-8") + b',\n  "content_base64": "')
+    size = service.copy_file(record.id, path, encoder)  # type: ignore[arg-type]
+    encoder.close()
+    stdout.write(f'",\n  "size": {size}\n}}\n'.encode("ascii"))
+    stdout.flush()
+
+
+COMMANDS = [create, list_, latest, show, diff, cat]

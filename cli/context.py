@@ -1,0 +1,141 @@
+"""What every command shares: the resolved global options and the lazily opened library.
+
+Owns `State` (root, store, session, debug, progress switch; one per invocation, kept in
+click's `ctx.obj`), root discovery (nearest ancestor holding `.ckpt`), the conversion of
+paths typed by a user into what the library expects, and the decorators the command modules
+use (`pass_state`, `json_option`).
+
+The library (`checkpoints.service`, and through it objstore, zstandard, blake3, pathspec) is
+imported on the first `State.open()`, never at module import time, so `ckpt --version` and
+`ckpt --help` do not load it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from cli.params import check_text
+from cli.progress import Progress, make_progress
+
+if TYPE_CHECKING:
+    from checkpoints.service import Checkpoints
+
+STORE_NAME = ".ckpt"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def find_root(start: str) -> str:
+    """The nearest ancestor of `start` (itself included) holding a `.ckpt` directory, else
+    `start`."""
+    here = os.path.abspath(start)
+    while True:
+        if os.path.isdir(os.path.join(here, STORE_NAME)):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return os.path.abspath(start)
+        here = parent
+
+
+def user_path(path: str) -> str:
+    """A path typed by a user, as the library takes it (relative to the current directory).
+
+    A relative path is passed on as typed, so messages name it as the user wrote it (the
+    library joins it with `os.getcwd()`, which is already free of symlinks). An absolute
+    path gets the symlinks of its parent directories resolved, because the library compares
+    it with the resolved root; its last component is kept (tracking or restoring a symlink
+    must not follow it).
+    """
+    if not os.path.isabs(path):
+        return path
+    head, tail = os.path.split(os.path.normpath(path))
+    if not tail:  # "/" itself
+        return head
+    return os.path.join(os.path.realpath(head), tail)
+
+
+@dataclass
+class State:
+    root: str
+    store: str | None
+    session: str
+    debug: bool = False
+    progress_enabled: bool = True
+    _service: Checkpoints | None = field(default=None, repr=False)
+
+    @property
+    def store_dir(self) -> str:
+        """The store directory as the library resolves it (absolute)."""
+        if self.store is not None:
+            return os.path.abspath(self.store)
+        return os.path.join(os.path.realpath(self.root), STORE_NAME)
+
+    def open(self) -> Checkpoints:
+        """The library, opened once per invocation and closed when the command ends."""
+        if self._service is None:
+            from checkpoints.service import Checkpoints
+
+            self._service = Checkpoints.open(self.root, self.store, self.session)
+            click.get_current_context().call_on_close(self.close)
+        return self._service
+
+    def init(self) -> Checkpoints:
+        from checkpoints.service import Checkpoints
+
+        self._service = Checkpoints.init(self.root, self.store, self.session)
+        click.get_current_context().call_on_close(self.close)
+        return self._service
+
+    def close(self) -> None:
+        if self._service is not None:
+            service, self._service = self._service, None
+            service.close()
+
+    @contextmanager
+    def progress(self) -> Iterator[Progress | None]:
+        """A progress callback for the library (None when off); the line is erased after."""
+        bar = make_progress(enabled=self.progress_enabled)
+        try:
+            yield bar
+        finally:
+            if bar is not None:
+                bar.finish()
+
+
+pass_state = click.make_pass_decorator(State)
+
+
+def text_callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Reject text the catalog cannot store (usage error naming the option)."""
+    try:
+        if isinstance(value, tuple):
+            return tuple(check_text(v) for v in value)
+        return None if value is None else check_text(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def json_option(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print JSON on stdout (see docs/CLI.md for the schema).")(func)
+
+
+def complete_checkpoint_id(ctx: click.Context, param: click.Parameter,
+                           incomplete: str) -> list[str]:
+    """Shell completion of checkpoint ids (all sessions), from the store the options name."""
+    try:
+        params = ctx.find_root().params
+        root = params.get("root") or find_root(os.getcwd())
+        from checkpoints.service import Checkpoints
+
+        with Checkpoints.open(root, params.get("store"), params.get("session") or "default") as cp:
+            ids = [r.id for r in cp.history(all_sessions=True)]
+    except Exception:  # noqa: BLE001 - completion must never print a traceback into the shell
+        return []
+    return [i for i in reversed(ids) if i.startswith(incomplete)][:200]

@@ -1,0 +1,238 @@
+"""The one table that turns exceptions into an exit code and a one-line message with a hint.
+
+Owns the exit codes of DESIGN.md ("CLI contract") and the words users see for every error:
+
+    0 ok · 1 user error · 2 usage · 3 nothing matched / partial restore · 4 store busy ·
+    5 corruption · 130 interrupted
+
+Unexpected exceptions (a bug in ckpt) exit 1 with "internal error: ..." and a hint to rerun
+with `--debug`, which adds the traceback. A broken stdout pipe (`ckpt list | head -1`) exits
+141 without a message, as a process killed by SIGPIPE would.
+
+The table names exception classes by their dotted path and matches along the exception's MRO,
+most specific class first. That keeps this module free of heavy imports: `objstore` (which
+loads zstandard and blake3) is never imported just to be able to recognise its errors; if it
+was never imported, none of its exceptions can be in flight. Must not import click.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+OK = 0
+USER_ERROR = 1
+USAGE = 2
+NOTHING_MATCHED = 3
+STORE_BUSY = 4
+CORRUPTION = 5
+BROKEN_PIPE = 141
+INTERRUPTED = 130
+
+
+class CliError(Exception):
+    """An error found by the CLI itself (bad input the library never sees)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, code: int = USER_ERROR) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.code = code
+
+
+class DamageFound(Exception):
+    """`fsck` found damage; the report was already printed."""
+
+    def __init__(self, objects: int, checkpoints: int) -> None:
+        super().__init__(objects, checkpoints)
+        self.objects = objects
+        self.checkpoints = checkpoints
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What the user is told: exit code, message, optional hint."""
+
+    code: int
+    message: str
+    hint: str | None = None
+
+    def line(self) -> str:
+        hint = f" (hint: {self.hint})" if self.hint else ""
+        return f"ckpt: error: {self.message}{hint}"
+
+
+def show(value: object) -> str:
+    """Text for a message: bytes and undecodable names escaped, never a line break."""
+    if isinstance(value, bytes):
+        text = value.decode("utf-8", "backslashreplace")
+    elif isinstance(value, str):
+        try:
+            text = os.fsencode(value).decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            text = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    else:
+        text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
+# -- the table ----------------------------------------------------------------------------
+
+Rule = Callable[[Any], Failure]
+_INIT_HINT = "run 'ckpt init', or pass --root/--store"
+_FSCK_HINT = "run 'ckpt fsck --full' to list the damage"
+
+
+def _not_initialized(exc: Any) -> Failure:
+    store = getattr(exc, "store", None) or getattr(exc, "path", None)
+    root = getattr(exc, "root", None)
+    where = f" for root {show(root)}" if root else ""
+    return Failure(USER_ERROR, f"not initialized: no ckpt store at {show(store)}{where}",
+                   _INIT_HINT)
+
+
+def _unknown_checkpoint(exc: Any) -> Failure:
+    ref = str(exc.ref)
+    path = getattr(exc, "path", None)  # PathNotInCheckpoint: the checkpoint exists
+    if path is not None:
+        return Failure(USER_ERROR, f"no file {show(path)} in checkpoint {show(ref)}",
+                       f"'ckpt show {show(ref)}' lists its files")
+    return Failure(USER_ERROR, f"unknown checkpoint {show(ref)}",
+                   "'ckpt list --all-sessions' shows the ids")
+
+
+def _ambiguous(exc: Any) -> Failure:
+    shown = ", ".join(show(c) for c in exc.candidates)
+    return Failure(USER_ERROR, f"checkpoint prefix {show(exc.ref)} is ambiguous: matches {shown}",
+                   "give more characters of the id")
+
+
+def _store_busy(exc: Any) -> Failure:
+    holder = exc.holder
+    if holder is None:
+        who = "another process"
+    else:
+        purpose = getattr(holder, "purpose", "")
+        doing = f" ({show(purpose)})" if purpose else ""
+        who = (f"pid {show(holder.pid)} on {show(holder.host)}{doing} "
+               f"since {show(holder.started_at)}")
+    return Failure(STORE_BUSY, f"store busy: {show(exc.path)} is locked by {who}",
+                   "wait for it to finish, or raise the wait with "
+                   "'ckpt config set lock_timeout SECONDS'")
+
+
+def _restore_incomplete(exc: Any) -> Failure:
+    return Failure(NOTHING_MATCHED, f"restore of {show(exc.id)} incomplete: {show(exc.reason)}",
+                   "the paths named were left as they are; fix them and restore again")
+
+
+def _message(code: int, hint: str | None = None) -> Rule:
+    return lambda exc: Failure(code, show(exc), hint)
+
+
+def _config_error(exc: Any) -> Failure:
+    # A problem in the file itself (read_config appends "(in <path>)", or names no key) is
+    # fixed by editing the file: 'ckpt config set' reads (and so refuses) it too.
+    from_file = exc.key is None or str(exc.reason).endswith(".toml)")
+    hint = ("fix or delete that file (every setting has a default)" if from_file
+            else "'ckpt config list' shows the settings")
+    return Failure(USER_ERROR, show(exc), hint)
+
+
+def _cli_error(exc: Any) -> Failure:
+    return Failure(exc.code, exc.message, exc.hint)
+
+
+def _damage(exc: Any) -> Failure:
+    return Failure(CORRUPTION, f"store damaged: {exc.objects} object problem(s), "
+                   f"{exc.checkpoints} damaged checkpoint(s)",
+                   "restore what you can from undamaged checkpoints; 'ckpt prune' can drop "
+                   "the damaged ones")
+
+
+def _os_error(exc: Any) -> Failure:
+    what = exc.strerror or str(exc)
+    names = [show(n) for n in (exc.filename, exc.filename2) if n is not None]
+    where = f": {' -> '.join(names)}" if names else ""
+    hint = None
+    if exc.errno == errno.ENOSPC:
+        hint = "free disk space, e.g. 'ckpt prune ...' then 'ckpt gc'"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        hint = "check the permissions of that path"
+    return Failure(USER_ERROR, f"{what}{where}", hint)
+
+
+def _interrupted(exc: Any) -> Failure:
+    return Failure(INTERRUPTED, "interrupted")
+
+
+def _internal(exc: Any) -> Failure:
+    return Failure(USER_ERROR, f"internal error: {type(exc).__name__}: {show(exc)}",
+                   "rerun with --debug for a traceback, and please report it")
+
+
+# Exact classes by dotted path. Lookup walks the exception's MRO, so a subclass not listed
+# here (InvalidTree under CorruptObject) takes its parent's rule; the package roots and the
+# builtins at the end catch everything else.
+RULES: dict[str, Rule] = {
+    "cli.errors.CliError": _cli_error,
+    "cli.errors.DamageFound": _damage,
+    # checkpoints: user errors
+    "checkpoints.errors.NotInitialized": _not_initialized,
+    "checkpoints.errors.UnknownCheckpoint": _unknown_checkpoint,
+    "checkpoints.errors.AmbiguousCheckpoint": _ambiguous,
+    "checkpoints.errors.UnsafePath": _message(USER_ERROR),
+    "checkpoints.errors.ConfigError": _config_error,
+    # nothing matched / partial restore
+    "checkpoints.errors.NothingMatched": _message(NOTHING_MATCHED),
+    "checkpoints.errors.RestoreIncomplete": _restore_incomplete,
+    # busy
+    "checkpoints.errors.StoreBusy": _store_busy,
+    # corruption
+    "checkpoints.errors.CatalogCorrupt": _message(CORRUPTION, _FSCK_HINT),
+    "objstore.errors.CorruptObject": _message(CORRUPTION, _FSCK_HINT),
+    "objstore.errors.ObjectNotFound": _message(CORRUPTION, _FSCK_HINT),
+    "objstore.errors.UnsupportedFormat": _message(CORRUPTION, "upgrade ckpt to open this store"),
+    # objstore errors that are the user's to fix
+    "objstore.errors.StoreNotFound": _not_initialized,
+    "objstore.errors.ContentChanged": _message(USER_ERROR, "a file changed while it was read; "
+                                                           "run the command again"),
+    # roots
+    "checkpoints.errors.CheckpointError": _message(USER_ERROR),
+    "objstore.errors.ObjstoreError": _message(CORRUPTION, _FSCK_HINT),
+    "builtins.KeyboardInterrupt": _interrupted,
+    "builtins.OSError": _os_error,
+    "builtins.BaseException": _internal,
+}
+
+
+def classify(exc: BaseException) -> Failure:
+    """The exit code and words for `exc` (the first rule along its MRO)."""
+    for cls in type(exc).__mro__:
+        rule = RULES.get(f"{cls.__module__}.{cls.__qualname__}")
+        if rule is not None:
+            return rule(exc)
+    return _internal(exc)  # pragma: no cover - BaseException is in the table
+
+
+def report(exc: BaseException, *, debug: bool, stream: TextIO | None = None) -> int:
+    """Write the one-line error (and the traceback if `debug`) to stderr; return the code."""
+    failure = classify(exc)
+    out = stream if stream is not None else sys.stderr
+    try:
+        if debug:
+            import traceback
+
+            traceback.print_exception(exc, file=out)
+        out.write(failure.line() + "\n")
+        out.flush()
+    except (OSError, ValueError):  # stderr gone: the exit code is all we can give
+        pass
+    return failure.code

@@ -1,0 +1,161 @@
+"""The `ckpt` command: the click group, its global options and the process entry point.
+
+Owns the global options (`--root`/CKPT_ROOT, `--store`/CKPT_STORE, `--session`/CKPT_SESSION,
+`--debug`/CKPT_DEBUG, `--no-progress`, `--version`), the registration of the command modules
+and `main()`, which runs the group with `standalone_mode=False` and turns whatever escapes into
+an exit code through `cli/errors.py` (the only exit-code table). Commands raise; they never
+call `sys.exit` themselves.
+
+Imports stay light: click and the command modules only. The library is imported by the
+commands when they run (see `cli/context.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import click
+
+from cli import __version__, errors
+from cli.commands import maintenance, restore, setup, snapshot
+from cli.context import State, find_root, text_callback
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+EPILOG = """\b
+Examples:
+  ckpt init                              # create .ckpt in the current directory
+  ckpt create -m "before refactor"       # take a checkpoint, print its id
+  ckpt diff ckpt-1764433022123           # what changed since then (any unique id prefix)
+  ckpt restore ckpt-1764433022123        # go back (the current state is saved first)
+  ckpt --session task-42 list --json     # another timeline, as JSON
+
+\b
+Environment:
+  CKPT_ROOT, CKPT_STORE, CKPT_SESSION, CKPT_DEBUG   defaults for the global options
+
+\b
+Exit codes:
+  0 ok   1 user error   2 usage   3 nothing matched / partial restore
+  4 store busy   5 corruption   130 interrupted
+
+\b
+Shell completion (bash; zsh/fish: zsh_source, fish_source):
+  eval "$(_CKPT_COMPLETE=bash_source ckpt)"
+"""
+
+
+class CkptGroup(click.Group):
+    """A group that maps every error of a command through `cli/errors.py`.
+
+    Doing it here (not only in `main`) makes click's CliRunner see the same exit codes and
+    stderr lines as a real process.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except BrokenPipeError:
+            _silence_stdout()
+            raise click.exceptions.Exit(errors.BROKEN_PIPE) from None
+        except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the one error table
+            state = ctx.find_object(State)
+            debug = state.debug if state is not None else _env_debug()
+            code = errors.report(exc, debug=debug)
+            raise click.exceptions.Exit(code) from None
+
+
+def _env_debug() -> bool:
+    return os.environ.get("CKPT_DEBUG", "").lower() in ("1", "true", "yes", "on")
+
+
+def _silence_stdout() -> None:
+    """After EPIPE: point stdout at /dev/null so the interpreter's final flush is quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+@click.group(cls=CkptGroup, context_settings=CONTEXT_SETTINGS, epilog=EPILOG)
+@click.option("--root", metavar="DIR", envvar="CKPT_ROOT",
+              type=click.Path(file_okay=False, path_type=str),
+              help="Workspace root [env CKPT_ROOT; default: the nearest ancestor of the current "
+                   "directory holding .ckpt, else the current directory].")
+@click.option("--store", metavar="DIR", envvar="CKPT_STORE",
+              type=click.Path(file_okay=False, path_type=str),
+              help="Store directory [env CKPT_STORE; default: ROOT/.ckpt].")
+@click.option("--session", metavar="NAME", envvar="CKPT_SESSION", default="default",
+              show_default=True, callback=text_callback,
+              help="Session (timeline) [env CKPT_SESSION].")
+@click.option("--debug", is_flag=True, envvar="CKPT_DEBUG",
+              help="Print a traceback with errors [env CKPT_DEBUG].")
+@click.option("--no-progress", is_flag=True,
+              help="Never draw progress on stderr (it is drawn only on a terminal anyway).")
+@click.version_option(__version__, prog_name="ckpt", message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, root: str | None, store: str | None, session: str, debug: bool,
+        no_progress: bool) -> None:
+    """ckpt: content-addressed checkpoints of a workspace, for AI coding agents.
+
+    Take a checkpoint before and after every agent turn or tool call; restore one when a
+    turn goes wrong (every restore can be undone). Every command takes --json.
+    """
+    # Debug first, so an error while resolving the rest is reported with it.
+    state = State(root="", store=store, session=session, debug=debug,
+                  progress_enabled=not no_progress)
+    ctx.obj = state
+    if not session:
+        raise click.BadParameter("must not be empty", param_hint="'--session'")
+    state.root = root if root else find_root(os.getcwd())
+
+
+for _module in (setup, snapshot, restore, maintenance):
+    for _command in _module.COMMANDS:
+        cli.add_command(_command)
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Console-script entry point: run `ckpt` and exit with the code of cli/errors.py."""
+    code = run(argv)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+        code = code or errors.BROKEN_PIPE
+    except (OSError, ValueError):
+        pass
+    sys.exit(code)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run `ckpt` with `argv` (default: sys.argv[1:]) and return the exit code."""
+    try:
+        result = cli.main(args=list(argv) if argv is not None else None, prog_name="ckpt",
+                          standalone_mode=False)
+    except click.ClickException as exc:  # usage errors (2) and friends
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            return errors.report(exc.__cause__, debug=False)
+        return errors.report(exc, debug=False)
+    except BrokenPipeError:
+        _silence_stdout()
+        return errors.BROKEN_PIPE
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - before a command ran
+        return errors.report(exc, debug=_env_debug() or "--debug" in (argv or sys.argv[1:]))
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
