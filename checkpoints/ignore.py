@@ -5,18 +5,21 @@ Owns ckpt's gitignore semantics: per-directory `.gitignore` (only when `use_giti
 at any depth and the `excluded` paths (the store, when it lies inside the root).
 
 Pattern syntax is pathspec's gitignore dialect (`GitIgnoreSpecPattern` turns each line into a
-regex). This module decides which patterns are consulted for an entry and in what order, as git's
-dir.c does: the deepest ignore file with a matching pattern decides, the last matching pattern in a
-file wins, and nothing under an ignored directory is looked at (the walker does not descend;
-`is_ignored_path` checks the ancestors). Within one directory `.gitignore`, then `.ckptignore`, then
-(at the root) `extra_patterns` act as one file, so later ones take precedence.
+regex). This module decides which patterns are consulted for an entry, in git's dir.c order: the
+deepest ignore file with a matching pattern decides, the last matching pattern in a file wins, and
+nothing under an ignored directory is looked at (the walker does not descend; `is_ignored_path`
+checks the ancestors). In one directory `.gitignore`, `.ckptignore` and (root) `extra_patterns`
+act as one file in that order. Each regex counts only when it matches the entry itself:
+`GitIgnoreSpec.check_file` also matches everything under a matched directory, which goes wrong
+once a deeper file re-includes that directory.
 
 It reads ignore files and nothing else: it must not walk, stat entries, print, or raise for an
 unreadable ignore file (that file counts as empty and is listed in `IgnoreRules.unreadable`).
 
-Known differences from git, inherited from matching decoded text: `?` and `[...]` match one code
-point where git matches one byte (only multi-byte UTF-8 names differ), trailing whitespace other
-than spaces is stripped, and POSIX classes like `[[:alpha:]]` are not understood.
+Known differences from git, inherited from pathspec's regexes on decoded text: `?` and `[...]`
+match one code point where git matches one byte (only multi-byte UTF-8 names differ), trailing
+whitespace other than spaces is stripped, POSIX classes (`[[:alpha:]]`) are not understood, and a
+line with a range Python rejects (`[z-a]`) matches nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import os
 import re
 import stat
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -50,7 +54,7 @@ _NAME_ENDS: Final = ("(?:(?P<ps_d>/)|$)", _DIR_MARK)
 
 # Match kinds. Name kinds look only at the entry's name; path kinds at its path relative to the
 # ignore file's directory. The literal kinds skip regex compilation, which dominates load time
-# (Linux: 1,215 of 1,436 patterns are literals or "*literal"), like git's own fast paths.
+# (Linux: 1,349 of its 1,436 patterns are literals or "*literal"), as git has fast paths.
 _NAME_EQ, _NAME_SUFFIX, _NAME_RE, _ALL, _PATH_EQ, _PATH_RE, _PATH_INSIDE = range(7)
 
 
@@ -77,10 +81,6 @@ class _Level:
     suffixes: tuple[str, ...]  # prefilter: _NAME_SUFFIX texts
     name_re: re.Pattern[str] | None  # prefilter: every _NAME_RE rule in one alternation
     always: bool  # an _ALL rule (or an uncombinable regex): the prefilter can't rule anything out
-
-    @property
-    def has_name_rules(self) -> bool:
-        return len(self.rules) > len(self.path_rules)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,9 @@ def _plain(seg: str) -> bool:
 
 def _compile(source: str) -> re.Pattern[str]:
     # DOTALL: git's "**" and leading directories may contain a newline in a name.
-    return re.compile(source, re.DOTALL)
+    with warnings.catch_warnings():  # "[[" in a user's pattern: re's future-syntax warning
+        warnings.simplefilter("ignore", FutureWarning)
+        return re.compile(source, re.DOTALL)
 
 
 @lru_cache(maxsize=8192)
@@ -122,27 +124,28 @@ def _parse_line(line: str) -> _Rule | None:
             return None
         return _classify(line, source, include)
     except (GitIgnorePatternError, re.error):
-        # A trailing backslash, or a range Python rejects ("[z-a]"): git matches nothing either.
+        # A trailing backslash (git never matches it either) or a range Python rejects ("[z-a]").
         return None
 
 
 def _classify(line: str, source: str, include: bool) -> _Rule:
     text = line if line.endswith("\\ ") else line.rstrip()  # pathspec's trailing-space rule
-    body = text[1:] if text.startswith("!") else text
+    body = text.removeprefix("!")
     dir_only = body.endswith("/")
     stem = body[:-1] if dir_only else body
-    if "/" not in stem:  # no slash: matches the name at any depth
-        if _plain(stem):
-            return _Rule(_NAME_EQ, include, dir_only, stem, None)
-        if stem.startswith("*") and _plain(stem[1:]):
-            return _Rule(_NAME_SUFFIX, include, dir_only, stem[1:], None)
+    name = stem.removeprefix("**/")  # "**/x" is "x" (pathspec emits the same regex for both)
+    if "/" not in name:  # no slash: matches the name at any depth
+        if _plain(name):
+            return _Rule(_NAME_EQ, include, dir_only, name, None)
+        if name.startswith("*") and _plain(name[1:]):
+            return _Rule(_NAME_SUFFIX, include, dir_only, name[1:], None)
         if source.startswith(_ANY_DIRS) and source.endswith(_NAME_ENDS):
             return _Rule(_NAME_RE, include, dir_only, "", _compile(source[len(_ANY_DIRS):]))
     if source == "." or source == _DIR_MARK:  # "*", "**", "*/", "**/": everything (dirs)
         return _Rule(_ALL, include, dir_only, "", None)
-    if "/" not in stem:  # an unforeseen name-only shape: match it as a path, at any depth
+    if "/" not in name:  # an unforeseen name-only shape: match it as a path, at any depth
         return _Rule(_PATH_RE, include, dir_only, "", _compile(source), (), 0)
-    segs = tuple((stem[1:] if stem.startswith("/") else stem).split("/"))
+    segs = tuple(stem.removeprefix("/").split("/"))
     if all(_plain(seg) for seg in segs):
         return _Rule(_PATH_EQ, include, dir_only, "/".join(segs), None, segs)
     globstar = segs.index("**") if "**" in segs else -1
@@ -167,14 +170,9 @@ def _compile_level(lines: tuple[str, ...]) -> _Level | None:
             name_re = _compile("|".join(f"(?:{p.replace('(?P<ps_d>', '(?:')})" for p in parts))
         except re.error:
             always = True  # still correct: every entry then takes the exact path
-    return _Level(
-        rules=rules,
-        path_rules=tuple(r for r in rules if r.kind >= _PATH_EQ),
-        names=frozenset(r.text for r in rules if r.kind == _NAME_EQ),
-        suffixes=tuple(r.text for r in rules if r.kind == _NAME_SUFFIX),
-        name_re=name_re,
-        always=always,
-    )
+    return _Level(rules, tuple(r for r in rules if r.kind >= _PATH_EQ),
+                  frozenset(r.text for r in rules if r.kind == _NAME_EQ),
+                  tuple(r.text for r in rules if r.kind == _NAME_SUFFIX), name_re, always)
 
 
 def _matches(rule: _Rule, name: str, rel: str, is_dir: bool) -> bool:
@@ -241,17 +239,10 @@ class DirRules:
     """The rules in force in one directory: decides for its entries, and yields its subdirectories'
     rules. Cheap to create; a directory with nothing new to apply shares its parent's prefilter."""
 
-    __slots__ = ("_owner", "_dir", "_rel", "_depth", "_frames", "_pre", "_out")
+    __slots__ = ("_depth", "_dir", "_frames", "_live", "_out", "_owner", "_pre", "_rel")
 
-    def __init__(
-        self,
-        owner: IgnoreRules,
-        dir_: bytes,
-        rel: str,
-        depth: int,
-        frames: tuple[_Frame, ...],
-        pre: _Prefilter,
-    ) -> None:
+    def __init__(self, owner: IgnoreRules, dir_: bytes, rel: str, depth: int,
+                 frames: tuple[_Frame, ...], pre: _Prefilter) -> None:
         self._owner = owner
         self._dir = dir_  # absolute, ending in "/"
         self._rel = rel  # root-relative, decoded, "" or ending in "/"
@@ -259,6 +250,7 @@ class DirRules:
         self._frames = frames
         self._pre = pre
         self._out = owner._always_out.get(rel, _ALWAYS_OUT)
+        self._live = any(frame.live for frame in frames)  # path rules to prune on enter()
 
     def is_ignored(self, name: bytes, *, is_dir: bool) -> bool:
         """Whether the entry `name` of this directory is left out of a snapshot."""
@@ -288,28 +280,38 @@ class DirRules:
         depth = self._depth + 1
         rel = self._rel + n + "/"
         dir_ = self._dir + name + b"/"
+        frames = self._frames
+        pre: _Prefilter | None = self._pre  # None: rebuild
+        if self._live:
+            frames = self._prune(n)
+            # Whether a path rule without "**" applies to entries depends on the depth.
+            if frames is not self._frames or any(
+                rule.globstar < 0 for frame in frames for rule in frame.live
+            ):
+                pre = None
+        level = self._owner._read_level(dir_)
+        if level is not None:
+            frames = (*frames, _Frame(level, depth, len(rel), level.path_rules))
+            pre = None
+        if pre is None:
+            pre = _prefilter(frames, depth)
+        return DirRules(self._owner, dir_, rel, depth, frames, pre)
+
+    def _prune(self, name: str) -> tuple[_Frame, ...]:
+        """The frames for subdirectory `name`, without path rules that cannot match inside it."""
         frames: list[_Frame] = []
         changed = False
         for frame in self._frames:
             if frame.live:
-                index = self._depth - frame.depth  # position of `n` below the level's directory
-                live = tuple(rule for rule in frame.live if _reaches(rule, index, n))
+                index = self._depth - frame.depth  # position of `name` below the level's directory
+                live = tuple(rule for rule in frame.live if _reaches(rule, index, name))
                 if len(live) != len(frame.live):
                     changed = True
-                    if not live and not frame.level.has_name_rules:
-                        continue  # nothing of this level can match here any more
+                    if not live and len(frame.level.rules) == len(frame.level.path_rules):
+                        continue  # nothing of this level can match there any more
                     frame = _Frame(frame.level, frame.depth, frame.base, live)
             frames.append(frame)
-        level = self._owner._read_level(dir_)
-        if level is not None:
-            frames.append(_Frame(level, depth, len(rel), level.path_rules))
-            changed = True
-        # Whether a path rule without "**" applies to entries depends on the depth.
-        if changed or any(rule.globstar < 0 for frame in frames for rule in frame.live):
-            pre = _prefilter(frames, depth)
-        else:
-            pre = self._pre
-        return DirRules(self._owner, dir_, rel, depth, tuple(frames), pre)
+        return tuple(frames) if changed else self._frames
 
     def _decide(self, name: str, is_dir: bool) -> bool:
         # Deepest file first; within a file the last matching pattern wins (git's dir.c order).
@@ -324,7 +326,7 @@ class DirRules:
 class IgnoreRules:
     """Ignore configuration for one workspace root; hands out the per-directory rules."""
 
-    __slots__ = ("_use_gitignore", "_always_out", "_root_rules", "_memo", "_unreadable")
+    __slots__ = ("_always_out", "_memo", "_root_rules", "_unreadable", "_use_gitignore")
     _root_rules: DirRules
 
     def __init__(self, use_gitignore: bool, always_out: dict[str, frozenset[str]]) -> None:
@@ -355,13 +357,13 @@ class IgnoreRules:
             where = "".join(p.decode(_FS_ENCODING, _FS_ERRORS) + "/" for p in parts[:-1])
             name = parts[-1].decode(_FS_ENCODING, _FS_ERRORS)
             always_out[where] = always_out.get(where, _ALWAYS_OUT) | {name}
-        self = cls(use_gitignore, always_out)
+        rules = cls(use_gitignore, always_out)
         extra = tuple(line for pattern in extra_patterns for line in pattern.split("\n"))
         top = root if root.endswith(b"/") else root + b"/"
-        level = self._read_level(top, extra)
+        level = rules._read_level(top, extra)
         frames = () if level is None else (_Frame(level, 0, 0, level.path_rules),)
-        self._root_rules = DirRules(self, top, "", 0, frames, _prefilter(frames, 0))
-        return self
+        rules._root_rules = DirRules(rules, top, "", 0, frames, _prefilter(frames, 0))
+        return rules
 
     @property
     def unreadable(self) -> tuple[bytes, ...]:
@@ -373,7 +375,8 @@ class IgnoreRules:
         return self._root_rules
 
     def is_ignored_path(self, rel: bytes, *, is_dir: bool) -> bool:
-        """Whether root-relative `rel` (b"a/b/c") is ignored, itself or through an ancestor."""
+        """Whether root-relative `rel` (b"a/b/c") is ignored, itself or through an ancestor.
+        Each directory's ignore files are read once per IgnoreRules; load anew to see edits."""
         parts = rel.split(b"/")
         rules = self._root_rules
         for i, part in enumerate(parts[:-1]):
@@ -387,34 +390,33 @@ class IgnoreRules:
         return rules.is_ignored(parts[-1], is_dir=is_dir)
 
     def _read_level(self, directory: bytes, extra: tuple[str, ...] = ()) -> _Level | None:
-        names = (GITIGNORE, CKPTIGNORE) if self._use_gitignore else (CKPTIGNORE,)
         lines: list[str] = []
-        for name in names:
-            data = self._read_ignore_file(directory + name)
-            if data:
-                text = data.decode(_FS_ENCODING, _FS_ERRORS).removeprefix("\ufeff")  # git skips a BOM
-                lines += (line.removesuffix("\r") for line in text.split("\n"))  # git drops a CR
+        for name in (GITIGNORE, CKPTIGNORE) if self._use_gitignore else (CKPTIGNORE,):
+            path = directory + name
+            try:
+                fd = os.open(path, _OPEN_FLAGS)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # the common case: no such ignore file here
+            except OSError:  # unreadable, or a symlink (ELOOP)
+                self._unreadable.append(path)
+                continue
+            data = self._read(fd, path)
+            if data:  # like git: skip a UTF-8 BOM, drop the CR of a CRLF
+                text = data.removeprefix(b"\xef\xbb\xbf").decode(_FS_ENCODING, _FS_ERRORS)
+                lines += (line.removesuffix("\r") for line in text.split("\n"))
         lines += extra
         return _compile_level(tuple(lines)) if lines else None
 
-    def _read_ignore_file(self, path: bytes) -> bytes:
+    def _read(self, fd: int, path: bytes) -> bytes:
         try:
-            fd = os.open(path, _OPEN_FLAGS)
-        except (FileNotFoundError, NotADirectoryError):
-            return b""  # the common case: no ignore file here
-        except OSError:  # unreadable, or a symlink (ELOOP)
-            self._unreadable.append(path)
-            return b""
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                self._unreadable.append(path)
-                return b""
-            chunks = []
-            while chunk := os.read(fd, 1 << 16):
-                chunks.append(chunk)
-            return b"".join(chunks)
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                chunks = []
+                while chunk := os.read(fd, 1 << 16):
+                    chunks.append(chunk)
+                return b"".join(chunks)
         except OSError:
-            self._unreadable.append(path)
-            return b""
+            pass
         finally:
             os.close(fd)
+        self._unreadable.append(path)  # not a regular file, or a read error: counts as empty
+        return b""

@@ -18,7 +18,10 @@ RelPath = NewType("RelPath", bytes)
 
 def parse_relpath(path: str | bytes) -> RelPath:
     """Validate a relative path from an untrusted source (a manifest, a user, a journal)."""
-    raw = os.fsencode(path)
+    try:
+        raw = os.fsencode(path)
+    except UnicodeEncodeError:  # text with a lone surrogate names no file
+        raise UnsafePath(path, "not encodable as a file name") from None
     if not raw:
         raise UnsafePath(raw, "empty path")
     if raw.startswith(b"/"):

@@ -8,7 +8,11 @@ this module alone. Rules (DESIGN.md "Restore rules"):
 - tracked scope acts only on covered paths: their ancestors in the manifest are "partial"
   (descended into, siblings left alone); a tombstone deletes, and the ancestors that did not
   exist at checkpoint time are removed if they end up empty;
-- `only` restricts the plan to some paths (and what lies under them).
+- `only` restricts the plan to some paths (and what lies under them);
+- a target naming a reserved path (the store, when it lies inside the root) is corrupt.
+An equal subtree is never compared; its leaves are counted through `count_leaves`, which the
+caller answers from what it already knows (the service: the fresh stat cache), so a no-op
+restore of a big tree loads no subtree at all.
 Order of application: pre-deletes (whatever stands where a different type must go), mkdirs
 (parents first), writes, chmods, deletes, rmdirs (deepest first; only if empty).
 """
@@ -19,9 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from checkpoints.paths import RelPath, join_rel
-from objstore import EntryKind, ObjectId, Tree, TreeEntry
+from objstore import EntryKind, InvalidTree, ObjectId, Tree, TreeEntry
 
 TreeLoader = Callable[[ObjectId], Tree]
+LeafCounter = Callable[[ObjectId], int | None]  # None: unknown, load and count
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,8 @@ class _Builder:
     keep: frozenset[RelPath]
     only: tuple[RelPath, ...] | None
     covered: frozenset[RelPath]
+    count_leaves: LeafCounter
+    reserved: frozenset[RelPath]
     pre_removals: list[Removal] = field(default_factory=list)
     mkdirs: list[RelPath] = field(default_factory=list)
     writes: list[FileWrite] = field(default_factory=list)
@@ -82,26 +89,41 @@ class _Builder:
                 return "partial"
         return None
 
+    def inside_only(self, path: RelPath | None) -> bool:
+        if self.only is None:
+            return True
+        return path is not None and any(path == w or path.startswith(w + b"/") for w in self.only)
+
     def keeps_below(self, path: RelPath) -> bool:
         prefix = path + b"/"
         return any(k == path or k.startswith(prefix) for k in self.keep)
 
     def compare_dirs(self, old: ObjectId | None, new: ObjectId | None, prefix: RelPath | None, mode: str) -> None:
-        if old is not None and old == new:
-            if mode == "full" and self.only is None:
-                self.unchanged += _count_leaves(self.load, old)
-                return
+        # Equal trees need nothing in any mode (partial mode acts only on the target's
+        # entries, which are the current ones). Only an ancestor of `only` paths is entered,
+        # so that just the subset is counted as unchanged.
+        if old is not None and old == new and self.inside_only(prefix):
+            known = self.count_leaves(old)
+            self.unchanged += _count_leaves(self.load, old) if known is None else known
+            return
         old_entries = {e.name: e for e in self.load(old).entries} if old is not None else {}
         new_entries = {e.name: e for e in self.load(new).entries} if new is not None else {}
         names = old_entries.keys() | new_entries.keys() if mode == "full" else new_entries.keys()
         for name in sorted(names):
             path = join_rel(prefix, name)
+            if path in self.reserved and name in new_entries:
+                assert new is not None
+                raise InvalidTree(new, f"entry {path.decode(errors='replace')} names the store")
             child_mode = self.mode_for(path, mode)
             if child_mode is None:
                 continue
             self.compare(old_entries.get(name), new_entries.get(name), path, child_mode)
 
     def compare(self, old: TreeEntry | None, new: TreeEntry | None, path: RelPath, mode: str) -> None:
+        if path in self.keep:
+            # Recorded as skipped (e.g. an unreadable directory): the checkpoint does not know
+            # what is there, so nothing at or below it is touched.
+            return
         if old is not None and old.kind is EntryKind.TOMBSTONE:
             old = None
         if new is None:
@@ -198,17 +220,24 @@ def plan_restore(
     absent_parents: Sequence[RelPath] = (),
     keep: Sequence[RelPath] = (),
     only: Sequence[RelPath] | None = None,
+    reserved: Sequence[RelPath] = (),
+    count_leaves: LeafCounter | None = None,
 ) -> RestorePlan:
     """Plan turning the state `current` into `target`.
 
     `scope="paths"`: only `covered` paths are full, their ancestors partial; `keep`: paths the
-    target recorded as skipped, never removed; `only`: restrict to these paths.
+    target recorded as skipped, never removed; `only`: restrict to these paths; `reserved`:
+    paths no manifest may name (InvalidTree); `count_leaves(tree_id)`: the leaves of an equal
+    subtree if known, for `unchanged` (None, the default: load and count them).
     """
     builder = _Builder(
-        load, frozenset(keep), tuple(only) if only is not None else None, frozenset(covered)
+        load, frozenset(keep), tuple(only) if only is not None else None, frozenset(covered),
+        count_leaves or (lambda oid: None), frozenset(reserved),
     )
     builder.compare_dirs(current, target, None, "full" if scope == "tree" else "partial")
-    dir_removals = builder.dir_removals + [Removal(p, EntryKind.TREE) for p in absent_parents]
+    dir_removals = builder.dir_removals + [
+        Removal(p, EntryKind.TREE) for p in absent_parents if builder.mode_for(p, "partial") is not None
+    ]
     seen: set[RelPath] = set()
     ordered_dirs = []
     for removal in sorted(dir_removals, key=_depth, reverse=True):

@@ -20,8 +20,8 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from checkpoints.ignore import DirRules, IgnoreRules
 from checkpoints.model import SkippedPath
 from checkpoints.paths import RelPath, ancestors, parse_relpath
 from checkpoints.statcache import (
@@ -38,6 +38,9 @@ from checkpoints.statcache import (
     same_stat,
 )
 from objstore import ContentChanged, EntryKind, ObjectId, ObjectStore, Tree, TreeEntry
+
+if TYPE_CHECKING:  # pathspec costs ~60 ms to import: only snapshots pay for it
+    from checkpoints.ignore import DirRules, IgnoreRules
 
 ProgressFn = Callable[[str, int, int], None]  # (stage, done, total)
 _CHANGED_RETRIES = 3
@@ -388,6 +391,7 @@ def scan_paths(
     virtual_nodes = [top]
     walked: list[_Dir] = []
     absent: list[RelPath] = []
+    leaves: list[tuple[bytes, Row]] = []  # tracked files and links: (parent key, row)
     for path in _outermost(paths):
         node = top
         dir_rules = rules.root_context()
@@ -425,10 +429,14 @@ def scan_paths(
             cached_row = None
             if cached_dir is not None:
                 cached_row = next((r for r in cached_dir.rows if r[NAME] == name), None)
+            added = len(node.rows)
             scanner._add_leaf(node, name, path, fs_path, st, cached_row)
+            if len(node.rows) > added:
+                leaves.append((node.key, node.rows[-1]))
     for node in virtual_nodes:
         node.rows.sort(key=_row_name)
     hashed = scanner.hash_all()
+    _remember_leaves(scanner.new_cache, leaves)
     scanner.build(walked)
     # Virtual ancestors: deepest first, so each sees its children's ids.
     scanner.build(sorted(virtual_nodes, key=lambda n: n.key.count(b"/") + bool(n.key)))
@@ -444,6 +452,30 @@ def scan_paths(
         absent_parents=tuple(sorted(set(absent))),
     )
     return result, scanner.new_cache
+
+
+def _remember_leaves(cache: StatCache, leaves: Sequence[tuple[bytes, Row]]) -> None:
+    """Keep the rows of tracked files (their parents are virtual, so no record of them is
+    built), or every tracked checkpoint would read them again.
+
+    A parent's record may come from a whole-tree scan: a record whose rows change no longer
+    describes its cached tree id, so it loses that id, and so do its ancestors' records.
+    """
+    for parent, row in leaves:
+        if row[REF] is None:
+            continue  # vanished or unreadable: nothing to remember
+        record = cache.dirs.get(parent)
+        rows = [] if record is None else record.rows
+        if row in rows:
+            continue  # a cache hit: the record is still exact
+        rows = sorted([r for r in rows if r[NAME] != row[NAME]] + [row], key=_row_name)
+        cache.dirs[parent] = DirRecord(b"", 0, 0, rows)
+        key = parent
+        while key:
+            key = key.rpartition(b"/")[0]
+            above = cache.dirs.get(key)
+            if above is not None and above.tree:
+                cache.dirs[key] = DirRecord(b"", above.size, above.files, above.rows)
 
 
 def _is_real_dir(fs_path: bytes) -> bool:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from checkpoints.catalog import Catalog
 from checkpoints.config import StoreConfig, read_config, write_config
@@ -31,7 +31,6 @@ from checkpoints.errors import (
     UnknownCheckpoint,
     UnsafePath,
 )
-from checkpoints.ignore import IgnoreRules
 from checkpoints.journal import RestoreIntent, clear_intent, read_intent, write_intent
 from checkpoints.lock import RootLock
 from checkpoints.model import CheckpointRecord, CheckpointStats, Event, new_checkpoint_id
@@ -43,6 +42,9 @@ from checkpoints.scan import ProgressFn, ScanOptions, ScanResult, scan_paths, sc
 from checkpoints.statcache import StatCache, make_row, read_stat_cache, write_stat_cache, DirRecord, KIND, NAME
 from objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, TreeEntry, hash_bytes
 from objstore.errors import StoreNotFound
+
+if TYPE_CHECKING:
+    from checkpoints.ignore import IgnoreRules
 from objstore.fsck import FsckReport, check_store
 from objstore.gc import GcReport, collect_garbage
 
@@ -219,6 +221,8 @@ class Checkpoints:
         return [parse_relpath(rel)]
 
     def _rules(self) -> IgnoreRules:
+        from checkpoints.ignore import IgnoreRules  # noqa: PLC0415  (lazy: pathspec is slow to import)
+
         return IgnoreRules.load(self._root_b, use_gitignore=self.config.use_gitignore,
                                 extra_patterns=self.config.extra_ignore, excluded=self._store_rel())
 

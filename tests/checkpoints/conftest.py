@@ -6,7 +6,8 @@ into `ws` by root-relative bytes path. Helpers that tests call as functions are 
 fixtures (tests/ is not a package, and hypothesis tests may only use session-scoped fixtures):
 `worktree_at(root)` is `work` for any root; `manifest` reads a checkpoint back as a flat dict
 including empty directories and tombstones; `fs_snapshot` computes the same dict straight from
-the filesystem; `count_calls` instruments a method of a real object (never the filesystem).
+the filesystem; `cold_scan` snapshots a copy with no stat cache; `count_calls` instruments a
+method of a real object (never the filesystem).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from objstore import EntryKind, ObjectId, ObjectStore
 # An mtime safely before any scan of a test: outside the stat cache's racy window.
 PAST_NS = 1_600_000_000 * 10**9
 
-Entry = tuple[str, Any]  # ("file" | "exec", bytes) | ("link", target) | ("dir", None) | ("tombstone", None)
+# ("file" | "exec", content) | ("link", target) | ("dir", None) | ("tombstone", None)
+Entry = tuple[str, Any]
 
 
 class WorkTree:
@@ -132,6 +134,17 @@ def fs_manifest(root: str | os.PathLike[str] | bytes) -> dict[bytes, Entry]:
     return out
 
 
+def cold_tree(root: str | os.PathLike[str], scratch: str | os.PathLike[str]) -> ObjectId:
+    """The tree id of `root`'s content (its store left out) scanned with no stat cache at all:
+    a copy of it (links as links, modes kept) snapshotted into a fresh store."""
+    source = os.fspath(root)
+    copy = os.path.join(os.fspath(scratch), "cold-copy")
+    shutil.copytree(source, copy, symlinks=True,
+                    ignore=lambda where, names: [".ckpt"] if where == source else [])
+    with Checkpoints.init(copy) as service:
+        return service.create().tree
+
+
 class CallCounter:
     """Replaces `owner.name` with a wrapper that records each call's first argument
     (thread-safe: the scanner hashes in a pool). `restore()` puts the original back."""
@@ -212,6 +225,11 @@ def manifest() -> Callable[[Checkpoints, str], dict[bytes, Entry]]:
 @pytest.fixture(scope="session")
 def fs_snapshot() -> Callable[[str | os.PathLike[str] | bytes], dict[bytes, Entry]]:
     return fs_manifest
+
+
+@pytest.fixture(scope="session")
+def cold_scan() -> Callable[..., ObjectId]:
+    return cold_tree
 
 
 @pytest.fixture(scope="session")

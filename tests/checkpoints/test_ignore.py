@@ -113,6 +113,31 @@ def test_anchored_and_unanchored_patterns(tmp_path: Path) -> None:
     assert kept_files(tmp_path) == {b".gitignore", b"d/foo", b"x/a/b"}
 
 
+def test_reincluded_directory_does_not_shield_its_files_from_shallower_patterns(
+    tmp_path: Path,
+) -> None:
+    # m/A is re-included by m/.gitignore, but "!A/" matches only the directory: for m/A/x.c git
+    # falls through to the root's "*.c". (A per-file check of "A/x.c" against m's patterns with
+    # pathspec's check_file would stop at "!A/", because it also matches what lies inside A.)
+    make_tree(tmp_path, [b"m/A/x.c", b"m/A/y.h"], {b".gitignore": b"A/\n*.c\n", b"m/.gitignore": b"!A/\n"})
+    assert kept_files(tmp_path) == {b".gitignore", b"m/.gitignore", b"m/A/y.h"}
+
+
+def test_anchored_pattern_with_glob_segment_reaches_only_matching_directories(
+    tmp_path: Path,
+) -> None:
+    files = [b"src/x/gen/a", b"src/y/gen/a", b"src/x/y/gen/a", b"other/x/gen/a", b"src/gen/a"]
+    make_tree(tmp_path, files, {b".gitignore": b"/src/*/gen/\n"})
+    assert kept_files(tmp_path) == {b".gitignore", b"src/x/y/gen/a", b"other/x/gen/a", b"src/gen/a"}
+
+
+def test_malformed_patterns_do_not_break_the_walk(tmp_path: Path) -> None:
+    # A trailing backslash and an unterminated range match nothing, as in git; "[z-a]" is a range
+    # Python's re rejects (git would match "z" with it) and must not raise.
+    make_tree(tmp_path, [b"a", b"foo", b"b", b"q"], {b".gitignore": b"[z-a]\nfoo\\\n[a-\nb\n"})
+    assert kept_files(tmp_path) == {b".gitignore", b"a", b"foo", b"q"}
+
+
 def test_directory_only_pattern_skips_files(tmp_path: Path) -> None:
     make_tree(tmp_path, [b"build", b"sub/build/x", b"out/x"], {b".gitignore": b"build/\nout/\n"})
     assert kept_files(tmp_path) == {b".gitignore", b"build"}
@@ -226,13 +251,29 @@ def test_rules_in_a_directory_without_ignore_files_are_shared(tmp_path: Path) ->
     assert not root.enter(b"a").is_ignored(b"top", is_dir=False)
 
 
+def test_pathspec_regex_shapes_this_module_relies_on() -> None:
+    # checkpoints.ignore reads these shapes to tell name patterns, "everything" patterns and
+    # trailing "/**" apart; a pathspec release that changes them must fail here, not silently.
+    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
+
+    def source(line: str) -> str | None:
+        return GitIgnoreSpecPattern.pattern_to_regex(line)[0]
+
+    assert source("foo") == "^(?:.+/)?foo(?:(?P<ps_d>/)|$)"
+    assert source("foo/") == "^(?:.+/)?foo(?P<ps_d>/)"
+    assert source("*") == source("**") == "."
+    assert source("*/") == source("**/") == "(?P<ps_d>/)"
+    assert source("a/**") == "^a/"
+    assert source("a/**/") == "^a(?P<ps_d>/)"
+
+
 # -- differential: the same trees and patterns through real git -----------------------------
 
 NAMES = [b"a", b"b", b"ab", b"c.o", b"d.txt", b"build", b"x y", b".h", b"#n", b"!n", b"\xff"]
 SEGMENTS = ["a", "b", "ab", "c.o", "d.txt", "build", "x y", ".h", "\udcff", "*", "**", "?",
             "[ab]", "*.o", "b*", "[!a]*", "\\#n", "\\!n", "x\\ y", "*.txt", "a?"]
 LINES = ["", "# c", "*", "**", "**/", "*/", "/", "**/a", "a/**", "a/**/b", "a/**/", "**/build/",
-         "!*/", "x y  ", "x y\\ ", "*.o\r", "\\", "[a-", "!"]
+         "!*/", "x y  ", "x y\\ ", "*.o\r", "\\", "[a-", "!", "**/*.o", "/**/a", "!**/b/"]
 
 
 @st.composite
@@ -281,6 +322,7 @@ def test_walk_and_paths_agree_with_git(
         ours, theirs = Path(tmp, "ours"), Path(tmp, "git")
         ours_ignores: dict[bytes, bytes] = {}
         git_ignores: dict[bytes, bytes] = {}
+        ignores.setdefault(b"", ([], []))
         for d, (gitignore, ckptignore) in ignores.items():
             ours_ignores[d + b".gitignore"] = ignore_text(gitignore)
             ours_ignores[d + b".ckptignore"] = ignore_text(ckptignore)
@@ -289,9 +331,6 @@ def test_walk_and_paths_agree_with_git(
             merged = (gitignore if use_gitignore else []) + ckptignore + (extra if d == b"" else [])
             git_ignores[d + b".gitignore"] = ignore_text(merged)
             git_ignores[d + b".ckptignore"] = b""
-        if b"" not in ignores and extra:
-            ours_ignores[b".gitignore"] = git_ignores[b".gitignore"] = b""
-            git_ignores[b".gitignore"] = ignore_text(extra)
         make_tree(ours, files, ours_ignores)
         make_tree(theirs, files, git_ignores)
         expected = git_kept_files(theirs)
