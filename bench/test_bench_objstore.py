@@ -10,7 +10,9 @@ Put = `put_file` of every source file into an empty store (fsync policy `batch`,
 `sync()` at the end, as a checkpoint does). Get = verified reads from a store holding the
 shape, page cache warm: `get_bytes` for small blobs, `copy_to` into a hashing sink for large
 ones. Every benchmark asserts what it measured round-trips. `extra_info["mb_per_s"]` is the
-content bytes (10^6 B = 1 MB) per second of the median round.
+content bytes (10^6 B = 1 MB) per second of the median round; puts also report the share of
+the final `sync()` (`sync_seconds_median`, `mb_per_s_before_sync`), because syncfs flushes
+everything dirty on the filesystem and so depends on what else the machine is writing.
 """
 
 from __future__ import annotations
@@ -152,6 +154,7 @@ class HashingSink:
 def test_put_throughput(benchmark: Any, shape: Shape, bench_scale: float, tmp_path: Path) -> None:
     benchmark.group = f"objstore-put-{shape.name}"
     seconds: list[float] = []
+    sync_seconds: list[float] = []  # syncfs flushes the whole filesystem: noisy on shared disks
     rounds = iter(range(1_000_000))
 
     def fresh_store() -> tuple[tuple[ObjectStore], dict[str, Any]]:
@@ -160,8 +163,10 @@ def test_put_throughput(benchmark: Any, shape: Shape, bench_scale: float, tmp_pa
     def put_all(store: ObjectStore) -> tuple[ObjectStore, list[ObjectId]]:
         started = time.perf_counter()
         oids = [store.put_file(path).oid for path in shape.files]
+        synced = time.perf_counter()
         store.sync()
         seconds.append(time.perf_counter() - started)
+        sync_seconds.append(time.perf_counter() - synced)
         return store, oids
 
     def drop(store: ObjectStore) -> None:
@@ -170,6 +175,11 @@ def test_put_throughput(benchmark: Any, shape: Shape, bench_scale: float, tmp_pa
 
     store, oids = benchmark.pedantic(put_all, setup=fresh_store, teardown=drop, rounds=3)
     report(benchmark, shape, "put", seconds, "put_file", bench_scale)
+    before_sync = statistics.median(a - b for a, b in zip(seconds, sync_seconds))
+    benchmark.extra_info.update(
+        sync_seconds_median=round(statistics.median(sync_seconds), 4),
+        mb_per_s_before_sync=round(shape.total_bytes / before_sync / 1e6, 1),
+    )
     assert oids == shape.expected
     if os.path.isdir(os.path.dirname(store.backend.path)):  # disabled mode skips teardown
         assert sorted(store.backend.iter_ids()) == sorted(set(shape.expected))

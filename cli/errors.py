@@ -47,10 +47,11 @@ class CliError(Exception):
 class DamageFound(Exception):
     """`fsck` found damage; the report was already printed."""
 
-    def __init__(self, objects: int, checkpoints: int) -> None:
-        super().__init__(objects, checkpoints)
+    def __init__(self, objects: int, checkpoints: int, files: int = 0) -> None:
+        super().__init__(objects, checkpoints, files)
         self.objects = objects
         self.checkpoints = checkpoints
+        self.files = files  # damaged per-root files (restore journals, stat caches)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +152,9 @@ def _cli_error(exc: Any) -> Failure:
 
 
 def _damage(exc: Any) -> Failure:
+    files = f", {exc.files} damaged file(s)" if getattr(exc, "files", 0) else ""
     return Failure(CORRUPTION, f"store damaged: {exc.objects} object problem(s), "
-                   f"{exc.checkpoints} damaged checkpoint(s)",
+                   f"{exc.checkpoints} damaged checkpoint(s){files}",
                    "restore what you can from undamaged checkpoints; 'ckpt prune' can drop "
                    "the damaged ones")
 

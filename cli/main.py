@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 import click
 
 from cli import __version__, errors
-from cli.commands import maintenance, restore, setup, snapshot
+from cli.commands import maintenance, restore, setup, snapshot, tune
 from cli.context import State, find_root, text_callback
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -117,7 +117,7 @@ def cli(ctx: click.Context, root: str | None, store: str | None, session: str, d
     state.root = root if root else find_root(os.getcwd())
 
 
-for _module in (setup, snapshot, restore, maintenance):
+for _module in (setup, snapshot, restore, maintenance, tune):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Literal, Protocol
+from typing import BinaryIO, Literal, Protocol, runtime_checkable
 
 from objstore.ids import ObjectId
 
@@ -65,3 +65,13 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Compactable(Protocol):
+    """Optional capability of a backend whose deletes or small writes leave space to reclaim
+    (packs): garbage collection calls `compact()` after its sweep."""
+
+    def compact(self) -> int:
+        """Apply pending deletions and consolidate; returns the bytes reclaimed."""
+        ...

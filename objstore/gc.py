@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from objstore.backend import Compactable
 from objstore.errors import CorruptObject, ObjectNotFound
 from objstore.ids import ObjectId
 from objstore.store import ObjectStore
@@ -62,6 +63,8 @@ def collect_garbage(
         removed += 1
         freed += info.size if dry_run else backend.delete(oid)
     temporaries = 0 if dry_run else backend.sweep_temporaries(cutoff)
+    if not dry_run and isinstance(backend, Compactable):
+        backend.compact()  # packed deletions take effect here; loose objects get packed
     if removed and not dry_run:
         store.forget_cached()
     return GcReport(removed, freed, len(live), young, temporaries, dry_run)

@@ -13,7 +13,7 @@ import stat as statmod
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
 from objstore import codec
 from objstore.backend import Backend, FsyncPolicy
@@ -21,6 +21,7 @@ from objstore.errors import ContentChanged, CorruptObject, StoreNotFound, Unsupp
 from objstore.ids import ObjectId, StreamHasher, hash_bytes
 from objstore.local import LocalBackend
 from objstore.objects import Tree
+from objstore.pack import PACKS_DIR, PackedBackend
 
 FORMAT_VERSION = 1
 FORMAT_FILE = "format"
@@ -33,6 +34,9 @@ class StoreOptions:
     compression_level: int = 3  # zstd level; 0 stores everything raw
     fsync: FsyncPolicy = "batch"
     stream_threshold: int = 8 << 20  # larger files are read in chunks, never whole
+    # For a new store (`init`): bulk writes go to pack files ("packed") or one file per object.
+    # An existing store keeps its layout: `objects/packs/` exists exactly in packed stores.
+    layout: Literal["loose", "packed"] = "packed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,8 @@ class ObjectStore:
         os.makedirs(os.path.join(path, "objects"), exist_ok=True)
         format_path = os.path.join(path, FORMAT_FILE)
         if not os.path.exists(format_path):
+            if options.layout == "packed":  # before the format file: a crash leaves no store
+                os.makedirs(os.path.join(path, "objects", PACKS_DIR), exist_ok=True)
             temp = f"{format_path}.tmp-{os.getpid()}"
             with open(temp, "w", encoding="ascii") as out:
                 out.write(f"{_FORMAT_TAG} {FORMAT_VERSION}\n")
@@ -78,7 +84,12 @@ class ObjectStore:
     @classmethod
     def open(cls, path: str, options: StoreOptions = StoreOptions()) -> ObjectStore:
         check_format(path)
-        backend = LocalBackend(os.path.join(path, "objects"), fsync=options.fsync)
+        objects = os.path.join(path, "objects")
+        backend: Backend
+        if os.path.isdir(os.path.join(objects, PACKS_DIR)):
+            backend = PackedBackend(objects, fsync=options.fsync)
+        else:
+            backend = LocalBackend(objects, fsync=options.fsync)
         return cls(backend, options)
 
     def close(self) -> None:

@@ -133,7 +133,9 @@ def fsck(state: State, full: bool, as_json: bool) -> None:
                     "blobs_checked": objects.blobs_checked,
                     "objects_verified": objects.objects_verified,
                     "problems": [_damage_json(d) for d in objects.problems],
-                    "damaged_checkpoints": list(check.damaged_checkpoints)})
+                    "damaged_checkpoints": list(check.damaged_checkpoints),
+                    "damaged_files": [{"path": path_text(p), "problem": why}
+                                      for p, why in check.damaged_files]})
     else:
         lines = []
         for d in objects.problems:
@@ -143,12 +145,14 @@ def fsck(state: State, full: bool, as_json: bool) -> None:
             why = "" if d.problem == "missing" else f": {d.reason}"
             lines.append(f"{d.problem} object {d.oid.hex()}{why}{where}")
         lines.extend(f"damaged checkpoint {i}" for i in check.damaged_checkpoints)
+        lines.extend(f"damaged file {path_text(p)}: {why}" for p, why in check.damaged_files)
         if check.ok:
             lines.append(f"ok: {objects.trees_checked} trees, {objects.blobs_checked} blobs"
                          + (f", {objects.objects_verified} objects verified" if full else ""))
         write_lines(lines)
     if not check.ok:
-        raise DamageFound(len(objects.problems), len(check.damaged_checkpoints))
+        raise DamageFound(len(objects.problems), len(check.damaged_checkpoints),
+                          len(check.damaged_files))
 
 
 @click.command(epilog="""\b

@@ -8,6 +8,7 @@ one line to `HARNESSES`.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 from typing import Protocol
@@ -18,6 +19,7 @@ from objstore import ObjectId, ObjectNotFound, hash_bytes
 from objstore.backend import FSYNC_POLICIES, Backend, FsyncPolicy
 from objstore.local import LocalBackend
 from objstore.memory import MemoryBackend
+from objstore.pack import PackedBackend
 
 
 class Harness(Protocol):
@@ -100,6 +102,25 @@ class MemoryHarness:
         return self.backend
 
 
+class PackHarness(LocalHarness):
+    """Packs, with loose files only for the first `loose_puts` puts (0: everything packed)."""
+
+    def __init__(self, root: str, fsync: FsyncPolicy, loose_puts: int = 0) -> None:
+        super().__init__(root, fsync)
+        self.loose_puts = loose_puts
+        self.backend = self.reopen()
+
+    def _path(self, oid: ObjectId) -> str:
+        return self.backend.find_location(oid)  # type: ignore[attr-defined,no-any-return]
+
+    def leftovers(self) -> list[str]:
+        packs = re.compile(r".*/packs/pack-[0-9a-f]{20}\.(pack|idx)")
+        return [path for path in super().leftovers() if not packs.fullmatch(path)]
+
+    def reopen(self) -> Backend:
+        return PackedBackend(self.root, fsync=self.fsync, loose_puts=self.loose_puts)
+
+
 HARNESSES = [
     *(
         pytest.param(
@@ -109,7 +130,14 @@ HARNESSES = [
         for policy in FSYNC_POLICIES
     ),
     pytest.param(lambda tmp: MemoryHarness(), id="memory"),
-    # pytest.param(lambda tmp: PackHarness(str(tmp / "packs")), id="pack"),  <- the next one
+    *(
+        pytest.param(
+            lambda tmp, policy=policy: PackHarness(str(tmp / "objects"), policy),
+            id=f"pack-{policy}",
+        )
+        for policy in FSYNC_POLICIES
+    ),
+    pytest.param(lambda tmp: PackHarness(str(tmp / "objects"), "batch", 7), id="pack-mixed"),
 ]
 
 

@@ -1,0 +1,62 @@
+"""`ckpt bench`: measure snapshot and restore on the user's own tree across a settings grid.
+
+A thin wrapper over `bench.tune.run_tuning`: it works on a scratch copy with a temporary
+store, so the user's tree and store are never modified.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from cli.context import State, json_option, pass_state
+from cli.render import write_json
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"not a comma-separated list of integers: {text!r}") from None
+
+
+@click.command(epilog="""\b
+Examples:
+  ckpt bench                          # the default grid: levels 1,3,6 x threads 1,auto
+  ckpt bench --levels 1,3 --threads 0 --json
+  ckpt bench --max-files 5000         # sample a big tree instead of copying all of it
+""")
+@click.option("--levels", default="1,3,6", show_default=True, metavar="L,L",
+              help="zstd compression levels to try.")
+@click.option("--threads", "threads_text", default="1,0", show_default=True, metavar="N,N",
+              help="Hashing threads to try (0 = one per core).")
+@click.option("--max-files", default=20_000, show_default=True, type=click.IntRange(min=1),
+              help="Larger trees are sampled (seeded) down to this many files.")
+@click.option("--time-budget", default=300.0, show_default=True, type=click.FloatRange(min=1),
+              help="Seconds; settings left when it runs out are reported as skipped.")
+@json_option
+@pass_state
+def bench(state: State, levels: str, threads_text: str, max_files: int, time_budget: float,
+          as_json: bool) -> None:
+    """Measure snapshot, no-change snapshot and restore on a scratch copy of this tree.
+
+    Prints a table per setting and a recommendation (with the `ckpt config set` commands).
+    Your tree and store are never modified.
+    """
+    from bench.tune import render_table, run_tuning
+
+    def say(message: str) -> None:
+        if state.progress_enabled and sys.stderr.isatty():
+            click.echo(message, err=True)
+
+    result = run_tuning(state.root, store=state.store_dir, levels=_levels(levels),
+                        threads=_levels(threads_text), max_files=max_files,
+                        time_budget=time_budget, progress=say)
+    if as_json:
+        write_json(result.to_json())
+    else:
+        click.echo(render_table(result))
+
+
+COMMANDS = [bench]

@@ -1,0 +1,372 @@
+"""Pack and pack-index file formats, the one writer of packs, and bounded readers of records.
+
+It owns bytes on disk only: which objects go into which pack, when a pack is sealed, and how
+indexes are merged into a lookup table are `pack.py`'s business. Nothing here hashes content
+or knows the object envelope: records are opaque stored bytes, as for every backend.
+
+    pack:    b"CKPACK\\x00\\x01" | record*
+    record:  oid (32) | length u64 | crc32 u32 of (stored bytes | oid | length) | stored bytes
+    index:   b"CKPIDX\\x00\\x01" | count u64 | pack_size u64 | oid (32) x count, sorted
+             | (offset u64, length u64) x count | BLAKE3 of everything before it (32)
+
+Integers are little-endian; an index `offset` is where a record's stored bytes start. A pack is
+self-describing, so its index can be rebuilt from it alone (`scan_pack`); the crc lets a scan
+stop at a torn or zero-filled tail instead of indexing garbage under a real id.
+
+A writer creates its pack under a temp name, takes an exclusive `flock` on it and only then
+renames it to `pack-<random>.pack`: a named pack whose lock can be taken has no live writer.
+The lock is dropped when the writer seals the pack (writes its index) or its process dies.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import secrets
+import struct
+import sys
+import zlib
+from array import array
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO, cast
+
+from objstore.backend import FsyncPolicy
+from objstore.ids import OID_SIZE, ObjectId, hash_bytes
+from objstore.local import fsync_dir
+
+PACK_MAGIC = b"CKPACK\x00\x01"
+INDEX_MAGIC = b"CKPIDX\x00\x01"
+RECORD = struct.Struct("<32sQI")
+_LENGTH = struct.Struct("<Q")
+_INDEX_HEADER = struct.Struct("<8sQQ")
+_TRAILER = OID_SIZE
+TEMP_PREFIX = ".tmp-"
+_WRITE_BUFFER = 256 << 10
+_COPY_CHUNK = 1 << 20
+
+Entry = tuple[ObjectId, int, int]  # oid, offset of the stored bytes, length
+
+
+class CorruptIndex(ValueError):
+    """An index file that is truncated, foreign, or fails its checksum."""
+
+
+def record_crc(oid: bytes, stored: bytes | memoryview) -> int:
+    # Content first, so a streamed record needs one pass (its length is known only at the end).
+    return zlib.crc32(oid + _LENGTH.pack(len(stored)), zlib.crc32(stored))
+
+
+def list_packs(directory: str) -> tuple[set[str], set[str], set[str]]:
+    """Pack names: (with a pack and an index, with only a pack, with only an index)."""
+    try:
+        files = os.listdir(directory)
+    except FileNotFoundError:
+        return set(), set(), set()
+    packs = {f[:-5] for f in files if f.startswith("pack-") and f.endswith(".pack")}
+    indexed = {f[:-4] for f in files if f.startswith("pack-") and f.endswith(".idx")}
+    return packs & indexed, packs - indexed, indexed - packs
+
+
+def pack_path(directory: str, name: str) -> str:
+    return f"{directory}/{name}.pack"
+
+
+def index_path(directory: str, name: str) -> str:
+    return f"{directory}/{name}.idx"
+
+
+# -- index files -----------------------------------------------------------------------------
+
+
+def encode_index(entries: Iterable[Entry], pack_size: int) -> bytes:
+    rows = sorted(entries)
+    locations = array("Q", [value for _, offset, length in rows for value in (offset, length)])
+    if sys.byteorder != "little":
+        locations.byteswap()
+    body = b"".join(
+        (
+            _INDEX_HEADER.pack(INDEX_MAGIC, len(rows), pack_size),
+            b"".join(oid for oid, _, _ in rows),
+            locations.tobytes(),
+        )
+    )
+    return body + hash_bytes(body)
+
+
+def decode_index(data: bytes) -> tuple[bytes, array[int], int]:
+    """(sorted oids, [offset, length, offset, length, ...], pack size) or `CorruptIndex`."""
+    if len(data) < _INDEX_HEADER.size + _TRAILER:
+        raise CorruptIndex("truncated")
+    magic, count, pack_size = _INDEX_HEADER.unpack_from(data)
+    if magic != INDEX_MAGIC:
+        raise CorruptIndex("bad magic")
+    body_end = _INDEX_HEADER.size + count * (OID_SIZE + 16)
+    if len(data) != body_end + _TRAILER or hash_bytes(memoryview(data)[:body_end]) != data[body_end:]:
+        raise CorruptIndex("size or checksum mismatch")
+    oids_end = _INDEX_HEADER.size + count * OID_SIZE
+    locations = array("Q")
+    locations.frombytes(memoryview(data)[oids_end:body_end])
+    if sys.byteorder != "little":
+        locations.byteswap()
+    return data[_INDEX_HEADER.size : oids_end], locations, pack_size
+
+
+def read_index(directory: str, name: str) -> tuple[bytes, array[int], int]:
+    """`FileNotFoundError` if absent, `CorruptIndex` if damaged."""
+    with open(index_path(directory, name), "rb") as stream:
+        return decode_index(stream.read())
+
+
+def index_entries(directory: str, name: str) -> list[Entry]:
+    oids, locations, _ = read_index(directory, name)
+    return [
+        (ObjectId(oid), locations[2 * n], locations[2 * n + 1])
+        for n, (oid,) in enumerate(struct.iter_unpack("32s", oids))
+    ]
+
+
+def write_index(directory: str, name: str, entries: Iterable[Entry], pack_size: int,
+                fsync: FsyncPolicy) -> None:
+    """Publish an index atomically (temp + rename); durable unless the policy is `none`."""
+    data = encode_index(entries, pack_size)
+    temp = f"{directory}/{TEMP_PREFIX}{name}-{secrets.token_hex(4)}.idx"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+    try:
+        with os.fdopen(fd, "wb", closefd=True) as out:
+            out.write(data)
+            out.flush()
+            if fsync != "none":
+                os.fsync(out.fileno())
+        os.replace(temp, index_path(directory, name))
+    except BaseException:
+        _unlink_quietly(temp)
+        raise
+    if fsync != "none":
+        fsync_dir(directory)
+
+
+# -- reading records ---------------------------------------------------------------------------
+
+
+def read_exactly(fd: int, offset: int, length: int) -> bytes:
+    parts = []
+    while length > 0:
+        part = os.pread(fd, min(length, 1 << 30), offset)
+        if not part:
+            raise EOFError(f"pack ends {length} bytes early")
+        parts.append(part)
+        offset += len(part)
+        length -= len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def iter_slice(fd: int, offset: int, length: int) -> Iterator[bytes]:
+    end = offset + length
+    while offset < end:
+        part = read_exactly(fd, offset, min(_COPY_CHUNK, end - offset))
+        offset += len(part)
+        yield part
+
+
+class _SliceReader(io.RawIOBase):
+    """A file object over `length` bytes at `offset` of a file it owns (never past the slice)."""
+
+    def __init__(self, fd: int, offset: int, length: int) -> None:
+        self._fd = fd
+        self._pos = offset
+        self._end = offset + length
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        wanted = min(len(buffer), self._end - self._pos)
+        if wanted <= 0:
+            return 0
+        part = os.pread(self._fd, wanted, self._pos)  # short only if the pack was truncated
+        buffer[: len(part)] = part
+        self._pos += len(part)
+        return len(part)
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self._fd)
+        super().close()
+
+
+def open_slice(path: str, offset: int, length: int) -> BinaryIO:
+    """A buffered reader of one record's stored bytes; `FileNotFoundError` if the pack is gone."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    buffer = max(1, min(length, 64 << 10))  # large reads bypass it; small objects stay small
+    return cast(BinaryIO, io.BufferedReader(_SliceReader(fd, offset, length), buffer))
+
+
+def scan_pack(fd: int) -> tuple[list[Entry], int]:
+    """Every intact record from the start, and where the intact part ends.
+
+    Stops at the first record that is torn (runs past the end) or fails its crc: what follows
+    a damaged record cannot be trusted to be framed correctly either.
+    """
+    size = os.fstat(fd).st_size
+    if size < len(PACK_MAGIC) or os.pread(fd, len(PACK_MAGIC), 0) != PACK_MAGIC:
+        return [], 0
+    entries: list[Entry] = []
+    position = len(PACK_MAGIC)
+    while position + RECORD.size <= size:
+        oid, length, crc = RECORD.unpack(os.pread(fd, RECORD.size, position))
+        start = position + RECORD.size
+        if start + length > size:
+            break
+        check = 0
+        for part in iter_slice(fd, start, length):
+            check = zlib.crc32(part, check)
+        if zlib.crc32(oid + _LENGTH.pack(length), check) != crc:
+            break
+        entries.append((ObjectId(oid), start, length))
+        position = start + length
+    return entries, position
+
+
+def try_lock(fd: int) -> bool:
+    """Take the writer lock of a pack without waiting; False if a live process holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def recover_pack(directory: str, name: str, fsync: FsyncPolicy) -> bool:
+    """Index a pack that has none, if its writer is dead; True if it now has an index.
+
+    Intact records before a torn or damaged tail are indexed; the tail is left in place (the
+    index covers the intact prefix). A pack with no intact record is removed.
+    """
+    path = pack_path(directory, name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        if not try_lock(fd):
+            return False  # a live writer: it will publish the index itself
+        if os.path.exists(index_path(directory, name)):
+            try:
+                read_index(directory, name)
+                return True  # published while we looked
+            except (FileNotFoundError, CorruptIndex):
+                pass
+        entries, end = scan_pack(fd)
+        if not entries:
+            os.unlink(path)
+            return False
+        if fsync != "none":
+            os.fsync(fd)
+        write_index(directory, name, entries, end, fsync)
+        return True
+    finally:
+        os.close(fd)
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+class PackWriter:
+    """Appends records to one new pack that no other writer touches; `seal` publishes it.
+
+    Not thread-safe (the caller serializes). Records are buffered up to 256 KiB; `flush` makes
+    them readable through other file descriptors. Under the `full` policy every append is
+    fsynced. The pack stays locked until `seal` or `abandon`.
+    """
+
+    def __init__(self, directory: str, fsync: FsyncPolicy) -> None:
+        self.directory = directory
+        self.fsync = fsync
+        self.name = f"pack-{secrets.token_hex(10)}"
+        self.path = pack_path(directory, self.name)
+        temp = f"{directory}/{TEMP_PREFIX}{self.name}.pack"
+        self.fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            os.write(self.fd, PACK_MAGIC)
+            os.rename(temp, self.path)
+        except BaseException:
+            os.close(self.fd)
+            _unlink_quietly(temp)
+            raise
+        if fsync == "full":
+            fsync_dir(directory)
+        self.entries: list[Entry] = []
+        self.flushed = self.size = len(PACK_MAGIC)
+        self._buffer = bytearray()
+
+    def append(self, oid: ObjectId, stored: bytes | memoryview, crc: int) -> int:
+        """Add a record (crc from `record_crc`); returns the offset of its stored bytes."""
+        self._buffer += RECORD.pack(oid, len(stored), crc)
+        self._buffer += stored
+        offset = self.size + RECORD.size
+        self.size += RECORD.size + len(stored)
+        self.entries.append((oid, offset, len(stored)))
+        if len(self._buffer) >= _WRITE_BUFFER or self.fsync == "full":
+            self.flush()
+        return offset
+
+    def append_stream(self, oid: ObjectId, chunks: Iterable[bytes]) -> int:
+        """Add a record from chunks with bounded memory; if `chunks` raises, nothing is added."""
+        self.flush()
+        start = self.size
+        length = 0
+        crc = 0
+        try:
+            os.pwrite(self.fd, bytes(RECORD.size), start)
+            for chunk in chunks:
+                _write_all(self.fd, chunk, start + RECORD.size + length)
+                crc = zlib.crc32(chunk, crc)
+                length += len(chunk)
+        except BaseException:
+            os.ftruncate(self.fd, start)
+            raise
+        crc = zlib.crc32(oid + _LENGTH.pack(length), crc)
+        os.pwrite(self.fd, RECORD.pack(oid, length, crc), start)
+        self.flushed = self.size = start + RECORD.size + length
+        self.entries.append((oid, start + RECORD.size, length))
+        if self.fsync == "full":
+            os.fsync(self.fd)
+        return start + RECORD.size
+
+    def flush(self) -> None:
+        if self._buffer:
+            _write_all(self.fd, self._buffer, self.flushed)
+            self.flushed += len(self._buffer)
+            self._buffer.clear()
+            if self.fsync == "full":
+                os.fsync(self.fd)
+
+    def seal(self) -> None:
+        """Make the pack durable (per policy), publish its index, and drop the lock."""
+        self.flush()
+        if self.fsync != "none":
+            os.fsync(self.fd)
+        write_index(self.directory, self.name, self.entries, self.size, self.fsync)
+        os.close(self.fd)
+
+    def abandon(self) -> None:
+        """Drop the pack and its records (nothing of it was published)."""
+        os.close(self.fd)
+        _unlink_quietly(self.path)
+
+
+def _write_all(fd: int, data: bytes | bytearray, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

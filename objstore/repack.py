@@ -1,0 +1,184 @@
+"""Rewriting packs: drop deleted records, fold loose objects and small packs into new packs.
+
+Used by `PackedBackend` (at `sync()` for deletions, at `compact()` for everything). The order
+of steps is the whole point: the new packs are written, made durable and indexed first; only
+then are the sources removed (each pack before its index, so a reader never loads an index
+whose pack is gone). A crash in between leaves duplicates, never a loss.
+
+A source pack is rewritten only while this process holds its lock (no other compactor is at
+it) and, for deletions, only if its mtime is unchanged since the delete: a newer mtime means
+another process refreshed one of its objects (it may be about to reference it again), so the
+deletions in that pack are dropped and it is kept whole. Nothing here decides what is garbage.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Container, Iterator, Mapping
+from dataclasses import dataclass
+
+from objstore.backend import FsyncPolicy
+from objstore.errors import ObjectNotFound
+from objstore.ids import ObjectId
+from objstore.local import LocalBackend, fsync_dir
+from objstore.packfile import (
+    CorruptIndex,
+    Entry,
+    PackWriter,
+    index_entries,
+    index_path,
+    iter_slice,
+    list_packs,
+    pack_path,
+    try_lock,
+)
+
+_CHUNK = 1 << 20
+
+
+@dataclass(slots=True)
+class Deletion:
+    mtime_ns: int | None  # the pack's mtime at its first delete; None: this instance's own pack
+    oids: set[bytes]
+
+
+@dataclass(slots=True)
+class _Source:
+    name: str
+    fd: int
+    keep: list[Entry]
+    size: int
+
+
+def _take(directory: str, name: str, expect_mtime_ns: int | None) -> tuple[int, list[Entry]] | None:
+    """Open and lock a published pack (and read its index), or None to leave it alone."""
+    try:
+        fd = os.open(pack_path(directory, name), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        if try_lock(fd) and expect_mtime_ns in (None, os.fstat(fd).st_mtime_ns):
+            return fd, index_entries(directory, name)
+    except (FileNotFoundError, CorruptIndex):
+        pass
+    os.close(fd)
+    return None
+
+
+def compact_packs(
+    directory: str,
+    loose: LocalBackend,
+    deleted: Mapping[str, Deletion],
+    *,
+    fsync: FsyncPolicy,
+    pack_size: int,
+    repack: bool,
+    packed: Container[bytes],
+) -> int:
+    """Rewrite the packs named in `deleted` without those records; with `repack`, also move
+    every loose object and every pack smaller than `pack_size / 4` into new packs.
+
+    `packed` answers whether an id is in a pack that stays (a loose copy of it is dropped).
+    Returns the apparent bytes reclaimed (sources removed minus packs written).
+    """
+    dead: set[bytes] = set()
+    for deletion in deleted.values():
+        dead |= deletion.oids
+    sources: list[_Source] = []
+    try:
+        for name, deletion in sorted(deleted.items()):
+            taken = _take(directory, name, deletion.mtime_ns)
+            if taken is not None:
+                keep = [entry for entry in taken[1] if entry[0] not in dead]
+                sources.append(_Source(name, taken[0], keep, os.fstat(taken[0]).st_size))
+        loose_ids: list[ObjectId] = []
+        rewritten = len(sources)
+        if repack:
+            for name in _small_packs(directory, pack_size // 4, {s.name for s in sources}):
+                taken = _take(directory, name, None)
+                if taken is not None:
+                    sources.append(_Source(name, taken[0], taken[1], os.fstat(taken[0]).st_size))
+            loose_ids = list(loose.iter_ids())
+            if len(loose_ids) + len(sources) - rewritten < 2:
+                loose_ids = []  # one loose object or one small pack: nothing to fold together
+                for source in sources[rewritten:]:
+                    os.close(source.fd)
+                del sources[rewritten:]
+        return _rewrite(directory, loose, sources, loose_ids, fsync, pack_size, packed)
+    finally:
+        for source in sources:
+            os.close(source.fd)
+
+
+def _small_packs(directory: str, below: int, skip: set[str]) -> list[str]:
+    small = []
+    for name in sorted(list_packs(directory)[0] - skip):
+        try:
+            if os.stat(pack_path(directory, name)).st_size < below:
+                small.append(name)
+        except FileNotFoundError:
+            continue
+    return small
+
+
+def _rewrite(
+    directory: str,
+    loose: LocalBackend,
+    sources: list[_Source],
+    loose_ids: list[ObjectId],
+    fsync: FsyncPolicy,
+    pack_size: int,
+    packed: Container[bytes],
+) -> int:
+    written = 0
+    writer: PackWriter | None = None
+    seen: set[bytes] = set()
+
+    def add(oid: ObjectId, chunks: Iterator[bytes]) -> None:
+        nonlocal writer, written
+        if writer is None:
+            os.makedirs(directory, exist_ok=True)
+            writer = PackWriter(directory, fsync)
+        writer.append_stream(oid, chunks)
+        seen.add(oid)
+        if writer.size >= pack_size:
+            written += writer.size
+            writer.seal()
+            writer = None
+
+    try:
+        for source in sources:
+            for oid, offset, length in source.keep:
+                if oid not in seen:
+                    add(oid, iter_slice(source.fd, offset, length))
+        moved: list[ObjectId] = []
+        for oid in loose_ids:
+            if oid not in seen and oid not in packed:
+                try:
+                    with loose.open(oid) as stream:
+                        add(oid, iter(lambda: stream.read(_CHUNK), b""))
+                except ObjectNotFound:
+                    continue  # deleted meanwhile
+            moved.append(oid)
+        if writer is not None:
+            written += writer.size
+            writer.seal()
+            writer = None
+    except BaseException:
+        if writer is not None:
+            writer.abandon()
+        raise
+    # Everything kept is now in published packs: the sources can go.
+    removed = 0
+    for source in sources:
+        for path in (pack_path(directory, source.name), index_path(directory, source.name)):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        removed += source.size
+    if sources and fsync != "none":
+        fsync_dir(directory)
+    for oid in moved:
+        removed += loose.delete(oid)
+    return removed - written

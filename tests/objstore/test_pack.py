@@ -1,0 +1,479 @@
+"""PackedBackend beyond the shared contract (which it passes in test_backend_contract.py):
+crash safety (unindexed packs, torn tails, a writer killed mid-batch, a compaction cut short),
+compaction after delete, concurrent writers and threads, a 200 MiB object streamed from a pack
+with bounded memory, and the store's layout switch."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from objstore import (
+    EntryKind,
+    ObjectId,
+    ObjectNotFound,
+    ObjectStore,
+    StoreOptions,
+    Tree,
+    TreeEntry,
+    hash_bytes,
+)
+from objstore.gc import collect_garbage
+from objstore.local import LocalBackend
+from objstore.pack import PackedBackend
+
+# -- helpers ----------------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+KIB, MIB = 1 << 10, 1 << 20
+
+
+def blobs(seed: int, count: int, low: int = 1 * KIB, high: int = 8 * KIB) -> list[bytes]:
+    """Seeded opaque 'stored bytes' of 1-8 KiB; each stored under its own BLAKE3."""
+    rng = random.Random(seed)
+    return [rng.randbytes(rng.randrange(low, high)) for _ in range(count)]
+
+
+def put_all(backend: PackedBackend, items: list[bytes]) -> list[ObjectId]:
+    oids = []
+    for data in items:
+        oid = hash_bytes(data)
+        backend.put(oid, data)
+        oids.append(oid)
+    return oids
+
+
+def pack_files(objects: Path, suffix: str = ".pack") -> list[Path]:
+    return sorted((objects / "packs").glob(f"pack-*{suffix}"))
+
+
+def run_python(script: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    run = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                         timeout=timeout, cwd=REPO, env=ENV, check=False)
+    assert run.returncode == 0, run.stderr
+    return run
+
+
+# A writer that puts seeded blobs in batches, syncing after each, and can die without closing.
+WRITER = """
+import os, random, sys
+from objstore import hash_bytes
+from objstore.pack import PackedBackend
+path, seed, count, batch, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+rng = random.Random(seed)
+items = [rng.randbytes(rng.randrange(1024, 8192)) for _ in range(count)]
+if mode == "shuffle":
+    random.Random(os.getpid()).shuffle(items)
+backend = PackedBackend(path, fsync="batch", loose_puts=0, pack_size=1 << 20)
+for n, data in enumerate(items, 1):
+    backend.put(hash_bytes(data), data)
+    if n % batch == 0:
+        backend.sync()
+        print(n, flush=True)
+if mode == "die":
+    backend._writer.flush()  # what was written reached the kernel (not the disk: no fsync)
+    os._exit(0)  # no sync, no close: the open pack has no index and nobody holds its lock
+backend.close()
+"""
+
+
+# -- crash safety -----------------------------------------------------------------------------
+
+
+def test_pack_left_without_index_by_a_dead_writer_is_indexed_by_scanning(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    run_python(WRITER, str(objects), "1", "150", "1000", "die")
+    assert len(pack_files(objects)) == 1 and pack_files(objects, ".idx") == []
+    reader = PackedBackend(str(objects))
+    for data in blobs(1, 150):
+        assert reader.get(hash_bytes(data)) == data
+    assert len(pack_files(objects, ".idx")) == 1  # published for every later reader
+    assert len(set(reader.iter_ids())) == 150
+    reader.close()
+
+
+def test_pack_of_a_live_writer_is_neither_indexed_nor_touched_by_others(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    writer = PackedBackend(str(objects), loose_puts=0)
+    oids = put_all(writer, blobs(2, 50))
+    other = PackedBackend(str(objects))
+    assert not other.has(oids[0])
+    assert other.sweep_temporaries(time.time() + 86400) == 0
+    assert pack_files(objects, ".idx") == [] and len(pack_files(objects)) == 1
+    writer.sync()
+    assert other.get(oids[0]) == writer.get(oids[0])  # published: found after a catch-up
+    writer.close()
+
+
+@pytest.mark.parametrize("tail", ["torn", "zeros", "garbage"])
+def test_torn_or_damaged_tail_record_is_ignored_and_the_rest_is_kept(
+    tmp_path: Path, tail: str
+) -> None:
+    objects = tmp_path / "objects"
+    run_python(WRITER, str(objects), "3", "40", "1000", "die")
+    items = blobs(3, 40)
+    (pack,) = pack_files(objects)
+    size = pack.stat().st_size
+    if tail == "torn":
+        os.truncate(pack, size - len(items[-1]) // 2)  # the last record loses half its bytes
+    else:
+        os.chmod(pack, 0o644)
+        with open(pack, "r+b") as out:
+            out.seek(size - 100)
+            out.write(bytes(100) if tail == "zeros" else b"\x5a" * 100)
+    reader = PackedBackend(str(objects), loose_puts=0)
+    for data in items[:-1]:
+        assert reader.get(hash_bytes(data)) == data
+    last = hash_bytes(items[-1])
+    assert not reader.has(last)
+    with pytest.raises(ObjectNotFound):
+        reader.get(last)
+    assert reader.put(last, items[-1]) is True  # stored again, whole, in a new pack
+    reader.close()
+    again = PackedBackend(str(objects))
+    assert [again.get(hash_bytes(d)) for d in items] == items
+    again.close()
+
+
+def test_damaged_index_is_rebuilt_from_its_pack(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    writer = PackedBackend(str(objects), loose_puts=0)
+    oids = put_all(writer, items := blobs(4, 100))
+    writer.close()
+    (index,) = pack_files(objects, ".idx")
+    os.chmod(index, 0o644)
+    with open(index, "r+b") as out:
+        out.seek(100)
+        out.write(b"\xff\xff")
+    reader = PackedBackend(str(objects))
+    assert [reader.get(oid) for oid in oids] == items
+    reader.close()
+
+
+def test_writer_killed_mid_batch_loses_nothing_that_was_synced(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(objects), "5", "20000", "500", "keep"],
+        stdout=subprocess.PIPE, text=True, cwd=REPO, env=ENV,
+    )
+    assert proc.stdout is not None
+    synced = 0
+    for line in proc.stdout:
+        synced = int(line)
+        if synced >= 2000:
+            break
+    time.sleep(0.05)  # well into the next batch
+    proc.kill()
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    items = blobs(5, 20000)
+    reader = PackedBackend(str(objects))
+    for data in items[:synced]:
+        assert reader.get(hash_bytes(data)) == data
+    # Whatever else survived (recovered from the unindexed pack) is whole and correct.
+    listed = set(reader.iter_ids())
+    assert len(listed) >= synced
+    by_id = {hash_bytes(d): d for d in items}
+    for oid in listed:
+        assert reader.get(oid) == by_id[oid]
+    reader.close()
+
+
+def test_a_crash_between_compaction_steps_leaves_duplicates_never_a_loss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objects = tmp_path / "objects"
+    backend = PackedBackend(str(objects), loose_puts=0)
+    oids = put_all(backend, items := blobs(6, 200))
+    backend.sync()
+    for oid in oids[:50]:
+        backend.delete(oid)
+    real_unlink = os.unlink
+
+    def crash_on_old_pack(path: Any, *args: Any, **kwargs: Any) -> None:
+        if str(path).endswith(".pack"):
+            raise OSError("simulated crash")
+        real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", crash_on_old_pack)
+    with pytest.raises(OSError, match="simulated"):
+        backend.sync()
+    monkeypatch.undo()
+    reader = PackedBackend(str(objects))
+    assert len(pack_files(objects, ".idx")) == 2  # the new pack and the old one, both whole
+    assert [reader.get(oid) for oid in oids[50:]] == items[50:]
+    reader.close()
+
+
+# -- deletion and compaction ------------------------------------------------------------------
+
+
+def test_delete_then_sync_rewrites_the_pack_and_frees_the_bytes(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    backend = PackedBackend(str(objects), loose_puts=0)
+    oids = put_all(backend, items := blobs(7, 2000))
+    backend.sync()
+    before = sum(p.stat().st_size for p in pack_files(objects))
+    freed = sum(backend.delete(oid) for oid in oids[::2])
+    assert freed == sum(len(d) for d in items[::2])
+    assert set(backend.iter_ids()) == set(oids[1::2])
+    backend.sync()
+    after = sum(p.stat().st_size for p in pack_files(objects))
+    assert before - after >= freed  # record headers go too
+    assert [backend.get(oid) for oid in oids[1::2]] == items[1::2]
+    backend.close()
+    reader = PackedBackend(str(objects))
+    assert set(reader.iter_ids()) == set(oids[1::2])
+    assert not any(reader.has(oid) for oid in oids[::2])
+    reader.close()
+
+
+def test_deleting_every_object_of_a_pack_removes_the_pack(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    backend = PackedBackend(str(objects), loose_puts=0)
+    oids = put_all(backend, blobs(8, 30))
+    for oid in oids:
+        backend.delete(oid)
+    backend.close()
+    assert pack_files(objects) == [] and pack_files(objects, ".idx") == []
+
+
+def test_compaction_keeps_a_pack_that_another_process_refreshed_since_the_delete(
+    tmp_path: Path,
+) -> None:
+    objects = tmp_path / "objects"
+    writer = PackedBackend(str(objects), loose_puts=0)
+    oids = put_all(writer, items := blobs(9, 20))
+    writer.close()
+    (pack,) = pack_files(objects)
+    os.utime(pack, (time.time() - 7200, time.time() - 7200))
+    collector = PackedBackend(str(objects))
+    collector.delete(oids[0])
+    assert PackedBackend(str(objects)).refresh(oids[0])  # a writer re-uses it meanwhile
+    collector.sync()
+    reader = PackedBackend(str(objects))
+    assert [reader.get(oid) for oid in oids] == items  # nothing lost
+    collector.close()
+
+
+def test_compact_folds_loose_objects_and_small_packs_into_one_pack(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    for seed in (10, 11, 12):  # three small packs from three short-lived writers
+        writer = PackedBackend(str(objects), loose_puts=0)
+        put_all(writer, blobs(seed, 40))
+        writer.close()
+    loose = PackedBackend(str(objects), loose_puts=1000)
+    put_all(loose, blobs(13, 40))
+    loose.close()
+    assert len(pack_files(objects)) == 3
+    assert len([p for p in objects.glob("??/*")]) == 40
+    backend = PackedBackend(str(objects))
+    backend.compact()
+    assert len(pack_files(objects)) == 1 and list(objects.glob("??/*")) == []
+    every = [d for seed in (10, 11, 12, 13) for d in blobs(seed, 40)]
+    assert sorted(backend.iter_ids()) == sorted(hash_bytes(d) for d in every)
+    assert all(backend.get(hash_bytes(d)) == d for d in every)
+    backend.close()
+
+
+def test_gc_on_a_packed_store_sweeps_old_garbage_and_compacts(tmp_path: Path) -> None:
+    store = ObjectStore.init(str(tmp_path / "store"))
+    backend = store.backend
+    assert isinstance(backend, PackedBackend)
+    backend.loose_puts = backend._loose_left = 0
+    keep = [store.put_bytes(b"live %d " % n * 50) for n in range(100)]
+    garbage = [store.put_bytes(b"garbage %d " % n * 50) for n in range(100)]
+    root = store.put_tree(Tree.build(
+        [TreeEntry(b"f%d" % n, EntryKind.FILE, oid, None, 1) for n, oid in enumerate(keep)]))
+    store.sync()
+    for pack in pack_files(tmp_path / "store" / "objects"):
+        os.utime(pack, (time.time() - 7200, time.time() - 7200))
+    report = collect_garbage(store, [root], grace_seconds=3600, now=time.time())
+    assert report.objects_removed == 100 and report.bytes_freed > 0
+    store.close()
+    again = ObjectStore.open(str(tmp_path / "store"))
+    assert set(again.backend.iter_ids()) == set(keep) | {root}
+    assert all(again.get_bytes(oid) == b"live %d " % n * 50 for n, oid in enumerate(keep))
+    assert not any(again.has(oid) for oid in garbage)
+    again.close()
+
+
+# -- concurrency ------------------------------------------------------------------------------
+
+
+def test_two_processes_putting_overlapping_objects_both_end_up_readable(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(objects), "14", "3000", "1000",
+                          "shuffle"], stdout=subprocess.DEVNULL, cwd=REPO, env=ENV)
+        for _ in range(2)
+    ]
+    assert [proc.wait(timeout=120) for proc in procs] == [0, 0]
+    items = blobs(14, 3000)
+    reader = PackedBackend(str(objects))
+    listed = list(reader.iter_ids())
+    assert len(listed) == len(set(listed)) == 3000  # duplicates across packs listed once
+    assert all(reader.get(hash_bytes(d)) == d for d in items)
+    doomed = [hash_bytes(d) for d in items[:1000]]
+    for oid in doomed:  # each may sit in both processes' packs
+        reader.delete(oid)
+    reader.close()
+    after = PackedBackend(str(objects))
+    assert not any(after.has(oid) for oid in doomed)
+    assert all(after.get(hash_bytes(d)) == d for d in items[1000:])
+    after.close()
+
+
+def test_threads_putting_and_reading_share_one_pack_safely(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    backend = PackedBackend(str(objects), loose_puts=16, pack_size=256 * KIB)
+    items = blobs(15, 4000)
+
+    def work(part: list[bytes]) -> None:
+        for data in part:
+            oid = hash_bytes(data)
+            backend.put(oid, data)
+            assert backend.get(oid) == data
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(work, [items[n::4] + items[: 200] for n in range(4)]))
+    backend.close()
+    reader = PackedBackend(str(objects))
+    assert sorted(reader.iter_ids()) == sorted({hash_bytes(d) for d in items})
+    assert all(reader.get(hash_bytes(d)) == d for d in items)
+    assert len(pack_files(objects)) > 4  # rolled over at pack_size
+    reader.close()
+
+
+# -- large objects ------------------------------------------------------------------------------
+
+READER = """
+import os, sys
+pid = os.fork()
+if pid:
+    sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+import json, resource
+from objstore import ObjectStore, parse_oid
+
+class Sink:
+    size = 0
+    def write(self, chunk):
+        self.size += len(chunk)
+
+store = ObjectStore.open(sys.argv[1])
+where = store.backend.find_location(parse_oid(sys.argv[2]))
+sink = Sink()
+copied = store.copy_to(parse_oid(sys.argv[2]), sink)
+print(json.dumps({"where": where, "copied": copied,
+                  "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+os._exit(0)
+"""
+
+
+@pytest.mark.slow
+def test_a_200_mib_object_streams_from_a_pack_with_bounded_memory(tmp_path: Path) -> None:
+    source = tmp_path / "big.bin"
+    rng = random.Random(16)
+    with open(source, "wb") as out:
+        out.writelines(rng.randbytes(MIB) for _ in range(200))
+    store = ObjectStore.init(str(tmp_path / "store"), StoreOptions(fsync="none"))
+    put = store.put_file(str(source))
+    store.put_bytes(b"a small neighbour")
+    source.unlink()
+    backend = store.backend
+    assert isinstance(backend, PackedBackend)
+    assert "/packs/" not in (backend.find_location(put.oid) or "")  # large: streamed loose
+    backend.compact()  # GC folds loose objects into packs, the large one included
+    assert "/packs/" in (backend.find_location(put.oid) or "")
+    store.close()
+    result = json.loads(run_python(READER, str(tmp_path / "store"), put.oid.hex()).stdout)
+    assert result["copied"] == 200 * MIB and "/packs/" in result["where"]
+    assert result["maxrss_kib"] * 1024 < 100 * 1000 * 1000, result
+
+
+# -- the store's layout -------------------------------------------------------------------------
+
+
+def test_a_new_store_is_packed_and_a_loose_store_stays_loose(tmp_path: Path) -> None:
+    packed = ObjectStore.init(str(tmp_path / "packed"))
+    assert isinstance(packed.backend, PackedBackend)
+    assert (tmp_path / "packed" / "objects" / "packs").is_dir()
+    oids = [packed.put_bytes(b"object %d" % n) for n in range(300)]
+    packed.close()
+    assert len(list((tmp_path / "packed" / "objects").glob("??/*"))) == 128  # the first ones
+    reopened = ObjectStore.open(str(tmp_path / "packed"))
+    assert [reopened.get_bytes(oid) for oid in oids] == [b"object %d" % n for n in range(300)]
+    reopened.close()
+    ObjectStore.init(str(tmp_path / "loose"), StoreOptions(layout="loose")).close()
+    for opened in (ObjectStore.open(str(tmp_path / "loose")),
+                   ObjectStore.init(str(tmp_path / "loose"))):  # default options: still loose
+        assert isinstance(opened.backend, LocalBackend)
+        opened.close()
+    assert not (tmp_path / "loose" / "objects" / "packs").exists()
+
+
+def test_refresh_of_a_packed_object_touches_its_pack(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    backend = PackedBackend(str(objects), loose_puts=0)
+    (oid,) = put_all(backend, [b"refresh me"])
+    backend.sync()
+    (pack,) = pack_files(objects)
+    os.utime(pack, (1_000_000, 1_000_000))
+    assert backend.stat(oid).mtime == 1_000_000
+    assert backend.refresh(oid)
+    assert pack.stat().st_mtime > time.time() - 60
+    backend.close()
+
+
+# -- the index across instances ---------------------------------------------------------------
+
+
+def test_lookups_agree_before_and_after_the_index_tables_merge(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    writers = [PackedBackend(str(objects), loose_puts=0) for _ in range(2)]
+    for writer, seed in zip(writers, (17, 18)):  # neither sees the other's pack: 100 dupes
+        put_all(writer, blobs(seed, 300) + blobs(19, 100))
+    for writer in writers:
+        writer.close()
+    every = blobs(17, 300) + blobs(18, 300) + blobs(19, 100)
+    absent = [hash_bytes(b"absent %d" % n) for n in range(50)]
+    reader = PackedBackend(str(objects))
+    for merged in (False, True):  # searched in place first; iter_ids merges every index
+        assert all(reader.get(hash_bytes(d)) == d for d in every)
+        assert not any(reader.has(oid) for oid in absent)
+        assert len(set(reader.iter_ids())) == 700
+    shared = hash_bytes(blobs(19, 1)[0])
+    assert reader.delete(shared) == 2 * len(blobs(19, 1)[0])  # both copies
+    reader.close()
+    assert not PackedBackend(str(objects)).has(shared)
+
+
+def test_a_long_lived_reader_follows_publishing_and_compaction_by_another_process(
+    tmp_path: Path,
+) -> None:
+    objects = tmp_path / "objects"
+    reader = PackedBackend(str(objects))
+    writer = PackedBackend(str(objects), loose_puts=0)
+    oids = put_all(writer, items := blobs(20, 200))
+    assert not reader.has(oids[0])  # not published yet
+    writer.sync()
+    assert reader.has(oids[0]) and reader.get(oids[1]) == items[1]  # caught up
+    for oid in oids[:100]:
+        writer.delete(oid)
+    writer.sync()  # rewrites the pack the reader has loaded (and has open)
+    assert not reader.has(oids[0]) and not reader.refresh(oids[2])
+    assert reader.stat(oids[150]).size == len(items[150])
+    assert [reader.get(oid) for oid in oids[100:]] == items[100:]
+    writer.close()
+    reader.close()
