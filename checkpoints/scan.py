@@ -152,14 +152,14 @@ class _Scanner:
                 self._skip(node.key, f"unreadable: {exc.strerror}")
             return
         for entry in entries:
-            name: bytes = entry.name  # type: ignore[assignment]
+            name: bytes = entry.name
             key = prefix + name
             try:
                 is_dir = entry.is_dir(follow_symlinks=False)
                 if rules.is_ignored(name, is_dir=is_dir):
                     continue
                 if is_dir:
-                    child = _Dir(key, entry.path)  # type: ignore[arg-type]
+                    child = _Dir(key, entry.path)
                     node.children[name] = child
                     node.rows.append([name, _TREE, 0, 0, 0, 0, 0, b"", False])
                     stack.append((child, rules.enter(name)))
@@ -171,7 +171,7 @@ class _Scanner:
                 node.all_hits = False
                 self._skip(key, f"unreadable: {exc.strerror}")
                 continue
-            self._add_leaf(node, name, key, entry.path, st, cached_rows.get(name))  # type: ignore[arg-type]
+            self._add_leaf(node, name, key, entry.path, st, cached_rows.get(name))
         if cached is not None and [row[NAME] for row in node.rows] != [r[NAME] for r in cached.rows]:
             node.all_hits = False
 

@@ -7,7 +7,9 @@ safely older than the scan that hashed it is marked racy and re-hashed next time
 same-size rewrite within one timestamp tick is still caught.
 
 The cache is only ever a performance aid: a missing, damaged or foreign cache loads as empty.
-It is one msgpack file, written atomically. No walking or hashing here.
+It is one msgpack file, written atomically, ending in the BLAKE3 of what precedes it: a cache
+is trusted to name content by id, so damage that still parses (a flipped bit in an id) must be
+caught too, or it would put a wrong id into a checkpoint. No walking here.
 """
 
 from __future__ import annotations
@@ -15,18 +17,20 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass, field
+from typing import Any
 
 from objstore.codec import pack_data, unpack_data
 from objstore.errors import CorruptObject
+from objstore.ids import OID_SIZE, hash_bytes
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: checksum trailer
 # Timestamps come from a coarse kernel clock (a jiffy, up to 10 ms at HZ=100): a file whose
 # mtime is this close to the scan start could still change without its mtime moving.
 RACY_WINDOW_NS = 20_000_000
 
 # Row layout (lists, because msgpack returns lists and they are compared field by field).
 NAME, KIND, SIZE, MTIME, CTIME, INO, MODE, REF, RACY = range(9)
-Row = list  # [name: bytes, kind: int, size, mtime_ns, ctime_ns, ino, mode, ref: bytes, racy: bool]
+Row = list[Any]  # [name: bytes, kind: int, size, mtime_ns, ctime_ns, ino, mode, ref: bytes, racy: bool]
 
 
 @dataclass(slots=True)
@@ -65,26 +69,67 @@ def make_row(name: bytes, kind: int, st: os.stat_result, ref: bytes, scan_start_
     return [name, kind, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, ref, racy]
 
 
-def read_stat_cache(path: str, *, gc_generation: int) -> StatCache:
+class _OtherVersion(Exception):
+    """A cache written by another version of ckpt: not damage, just not usable."""
+
+
+def _decode(data: bytes) -> tuple[int, dict[bytes, DirRecord]]:
+    """(gc generation, records) of a cache file; ValueError (or CorruptObject) if damaged."""
+    body, digest = data[:-OID_SIZE], data[-OID_SIZE:]
+    if len(data) <= OID_SIZE or hash_bytes(body) != digest:
+        try:
+            old = unpack_data(data, what="stat cache")
+        except CorruptObject:
+            old = None
+        if isinstance(old, list) and old and type(old[0]) is int and old[0] < CACHE_VERSION:
+            raise _OtherVersion
+        raise ValueError("checksum mismatch (damaged or truncated)")
+    payload = unpack_data(body, what="stat cache")
+    if not isinstance(payload, list) or len(payload) != 3:
+        raise ValueError("not a stat cache")
+    if payload[0] != CACHE_VERSION:
+        raise _OtherVersion
+    _, cached_generation, raw_dirs = payload
+    dirs = {}
+    for key, (tree, size, files, rows) in raw_dirs.items():
+        if not isinstance(key, bytes) or not isinstance(tree, bytes) or not isinstance(rows, list):
+            raise ValueError("bad directory record")
+        dirs[key] = DirRecord(tree, size, files, rows)
+    return cached_generation, dirs
+
+
+def _read(path: str) -> bytes | None:
     try:
         with open(path, "rb") as stream:
-            data = stream.read()
+            return stream.read()
     except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return None
+
+
+def read_stat_cache(path: str, *, gc_generation: int) -> StatCache:
+    data = _read(path)
+    if data is None:
         return StatCache(gc_generation=gc_generation)
     try:
-        payload = unpack_data(data, what="stat cache")
-        if not isinstance(payload, list) or payload[0] != CACHE_VERSION:
-            return StatCache(gc_generation=gc_generation)
-        _, cached_generation, raw_dirs = payload
-        dirs = {}
-        for key, (tree, size, files, rows) in raw_dirs.items():
-            if not isinstance(key, bytes) or not isinstance(tree, bytes) or not isinstance(rows, list):
-                raise ValueError("bad directory record")
-            dirs[key] = DirRecord(tree, size, files, rows)
-    except (CorruptObject, ValueError, TypeError, KeyError, IndexError):
+        cached_generation, dirs = _decode(data)
+    except (_OtherVersion, CorruptObject, ValueError, TypeError, KeyError, IndexError):
         # A damaged cache costs only speed: everything is hashed again.
         return StatCache(gc_generation=gc_generation)
     return StatCache(dirs, gc_generation, needs_verification=cached_generation != gc_generation)
+
+
+def check_stat_cache(path: str) -> str | None:
+    """What is wrong with the cache file at `path` (for fsck); None if it is fine or absent."""
+    data = _read(path)
+    if data is None:
+        return None
+    try:
+        _decode(data)
+    except _OtherVersion:
+        return None
+    except (CorruptObject, ValueError, TypeError, KeyError, IndexError) as exc:
+        return str(exc) or type(exc).__name__
+    return None
 
 
 def write_stat_cache(path: str, cache: StatCache) -> None:
@@ -93,6 +138,7 @@ def write_stat_cache(path: str, cache: StatCache) -> None:
         for key, record in cache.dirs.items()
     }
     data = pack_data((CACHE_VERSION, cache.gc_generation, raw_dirs))
+    data += hash_bytes(data)
     temp = f"{path}.tmp-{secrets.token_hex(4)}"
     with open(temp, "wb") as out:
         out.write(data)
