@@ -313,6 +313,19 @@ class _Scanner:
         if not node.virtual:
             self.new_cache.dirs[node.key] = DirRecord(tree_id, size, files, rows)
 
+    def result(self, top: _Dir, hashed: int, absent_parents: tuple[RelPath, ...]) -> ScanResult:
+        assert top.tree is not None
+        return ScanResult(
+            tree=top.tree,
+            files=top.files,
+            bytes=top.size,
+            new_objects=self.new_objects,
+            new_bytes=self.new_bytes,
+            hashed=hashed,
+            skipped=tuple(sorted(self.skipped, key=lambda s: s.path)),
+            absent_parents=absent_parents,
+        )
+
     def _unchanged(self, node: _Dir, cached: DirRecord) -> bool:
         """Every row matched the cache; do the subdirectories still have their cached ids?"""
         if node.children:
@@ -346,17 +359,7 @@ def scan_workspace(
     scanner.new_cache.dirty = bool(
         scanner.rebuilt_dirs or cache.needs_verification or len(cache.dirs) != len(order)
     )
-    assert top.tree is not None
-    result = ScanResult(
-        tree=top.tree,
-        files=top.files,
-        bytes=top.size,
-        new_objects=scanner.new_objects,
-        new_bytes=scanner.new_bytes,
-        hashed=hashed,
-        skipped=tuple(sorted(scanner.skipped, key=lambda s: s.path)),
-    )
-    return result, scanner.new_cache
+    return scanner.result(top, hashed, ()), scanner.new_cache
 
 
 def _outermost(paths: Sequence[RelPath]) -> list[RelPath]:
@@ -440,18 +443,7 @@ def scan_paths(
     scanner.build(walked)
     # Virtual ancestors: deepest first, so each sees its children's ids.
     scanner.build(sorted(virtual_nodes, key=lambda n: n.key.count(b"/") + bool(n.key)))
-    assert top.tree is not None
-    result = ScanResult(
-        tree=top.tree,
-        files=top.files,
-        bytes=top.size,
-        new_objects=scanner.new_objects,
-        new_bytes=scanner.new_bytes,
-        hashed=hashed,
-        skipped=tuple(sorted(scanner.skipped, key=lambda s: s.path)),
-        absent_parents=tuple(sorted(set(absent))),
-    )
-    return result, scanner.new_cache
+    return scanner.result(top, hashed, tuple(sorted(set(absent)))), scanner.new_cache
 
 
 def _remember_leaves(cache: StatCache, leaves: Sequence[tuple[bytes, Row]]) -> None:
