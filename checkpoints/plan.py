@@ -9,7 +9,8 @@ this module alone. Rules (DESIGN.md "Restore rules"):
   (descended into, siblings left alone); a tombstone deletes, and the ancestors that did not
   exist at checkpoint time are removed if they end up empty;
 - `only` restricts the plan to some paths (and what lies under them);
-- a target naming a reserved path (the store, when it lies inside the root) is corrupt.
+- a target naming a reserved path (the store, when it lies inside the root) or a `.git`
+  entry at any depth (snapshots never hold one) is corrupt: restore never writes into a repo.
 An equal subtree is never compared; its leaves are counted through `count_leaves`, which the
 caller answers from what it already knows (the service: the fresh stat cache), so a no-op
 restore of a big tree loads no subtree at all.
@@ -26,6 +27,7 @@ from checkpoints.paths import RelPath, join_rel
 from objstore import EntryKind, InvalidTree, ObjectId, Tree, TreeEntry
 
 TreeLoader = Callable[[ObjectId], Tree]
+_GIT = b".git"  # excluded from every snapshot (ignore.py), so never in a genuine target
 LeafCounter = Callable[[ObjectId], int | None]  # None: unknown, load and count
 
 
@@ -111,9 +113,10 @@ class _Builder:
         names = old_entries.keys() | new_entries.keys() if mode == "full" else new_entries.keys()
         for name in sorted(names):
             path = join_rel(prefix, name)
-            if path in self.reserved and name in new_entries:
+            if name in new_entries and (path in self.reserved or name == _GIT):
                 assert new is not None
-                raise InvalidTree(new, f"entry {path.decode(errors='replace')} names the store")
+                what = "a .git directory" if name == _GIT else "the store"
+                raise InvalidTree(new, f"entry {path.decode(errors='replace')} names {what}")
             child_mode = self.mode_for(path, mode)
             if child_mode is None:
                 continue

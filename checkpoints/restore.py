@@ -4,8 +4,8 @@ Two steps, so a bad store never leaves a half-restored tree:
 1. stage: every file's content is streamed from the store into a staging directory on the
    root's filesystem and verified there; a missing or corrupt object aborts here, with the
    workspace untouched;
-2. apply: removals that make room, mkdirs, renames of the staged files into place, symlinks,
-   chmods, then removals and rmdirs — all relative to directory descriptors opened with
+2. apply: removals that make room, mkdirs, renames of the staged files and symlinks into
+   place (no temporary name ever appears in the workspace), chmods, then removals and rmdirs — all relative to directory descriptors opened with
    O_NOFOLLOW one component at a time, so nothing is ever written through a symlink or
    outside the root, whatever changed on disk since the plan was made.
 A path that cannot be applied (an ignored file keeps a directory from being replaced, a
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import shutil
 import stat as statmod
 from collections.abc import Callable
@@ -28,8 +27,8 @@ from checkpoints.plan import FileWrite, RestorePlan
 from objstore import EntryKind, ObjectStore
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_TEMP_PREFIX = ".ckpt-tmp-"
 ProgressFn = Callable[[str, int, int], None]
+ConflictFn = Callable[[RelPath, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,17 +102,24 @@ def _name(path: RelPath) -> bytes:
 
 
 def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[RelPath, bytes]:
-    """Copy and verify every file's content into `staging`; raise before touching the tree."""
+    """Copy and verify every file's content into `staging`; raise before touching the tree.
+
+    Symlinks are made there too, so that applying is renames only and a killed restore leaves
+    no temporary name in the workspace (the journal's cleanup removes the staging directory).
+    """
     staged: dict[RelPath, bytes] = {}
     mask = _umask()
     os.makedirs(staging, exist_ok=True)
     try:
         for index, write in enumerate(plan.writes):
             entry = write.entry
+            temp = b"%s/%d" % (staging, index)
             if entry.kind is EntryKind.SYMLINK:
+                assert entry.target is not None
+                os.symlink(entry.target, temp)
+                staged[write.path] = temp
                 continue
             assert entry.oid is not None
-            temp = b"%s/%d" % (staging, index)
             mode = (0o777 if entry.kind is EntryKind.EXECUTABLE else 0o666) & ~mask
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
             with os.fdopen(fd, "wb") as out:
@@ -175,7 +181,7 @@ def _why(exc: OSError) -> str:
 
 
 def _write(
-    dirs: _Dirs, write: FileWrite, staged: bytes | None, report: ApplyReport, conflict  # type: ignore[no-untyped-def]
+    dirs: _Dirs, write: FileWrite, staged: bytes | None, report: ApplyReport, conflict: ConflictFn
 ) -> None:
     path, entry = write.path, write.entry
     try:
@@ -196,26 +202,22 @@ def _write(
         # scan. The pre-restore checkpoint does not hold it, so overwriting would lose it.
         conflict(path, "a file the current checkpoint did not capture is in the way")
         return
+    assert staged is not None
     try:
-        if entry.kind is EntryKind.SYMLINK:
-            temp = _TEMP_PREFIX.encode() + secrets.token_hex(6).encode()
-            os.symlink(entry.target, temp, dir_fd=parent_fd)
-            os.rename(temp, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
-            ref = entry.target
-        else:
-            assert staged is not None
-            os.rename(staged, name, dst_dir_fd=parent_fd)
-            ref = entry.oid
-            report.bytes_written += entry.size
+        os.rename(staged, name, dst_dir_fd=parent_fd)
         st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
     except OSError as exc:
         conflict(path, _why(exc))
         return
     report.written += 1
+    ref = entry.target if entry.kind is EntryKind.SYMLINK else entry.oid
+    assert ref is not None
     report.written_files.append(Written(path, entry.kind, ref, st))
+    if entry.kind is not EntryKind.SYMLINK:
+        report.bytes_written += entry.size
 
 
-def _chmod(dirs: _Dirs, path: RelPath, executable: bool, report: ApplyReport, conflict) -> None:  # type: ignore[no-untyped-def]
+def _chmod(dirs: _Dirs, path: RelPath, executable: bool, report: ApplyReport, conflict: ConflictFn) -> None:
     try:
         parent_fd = dirs.open(parent_rel(path), create=False)
         fd = os.open(_name(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent_fd)
@@ -234,7 +236,9 @@ def _chmod(dirs: _Dirs, path: RelPath, executable: bool, report: ApplyReport, co
         conflict(path, _why(exc))
 
 
-def _remove(dirs: _Dirs, path: RelPath, kind: EntryKind, report: ApplyReport, conflict, *, strict: bool) -> None:  # type: ignore[no-untyped-def]
+def _remove(
+    dirs: _Dirs, path: RelPath, kind: EntryKind, report: ApplyReport, conflict: ConflictFn, *, strict: bool
+) -> None:
     try:
         parent_fd = dirs.open(parent_rel(path), create=False)
     except FileNotFoundError:

@@ -9,6 +9,7 @@ committed, then the checkpoint reported. It never prints and never exits.
 from __future__ import annotations
 
 import builtins
+import glob
 import os
 import random
 import shutil
@@ -24,6 +25,7 @@ from checkpoints.catalog import Catalog
 from checkpoints.config import StoreConfig, read_config, write_config
 from checkpoints.diff import Change, diff_trees, iter_leaves
 from checkpoints.errors import (
+    CatalogCorrupt,
     NothingMatched,
     NotInitialized,
     PathNotInCheckpoint,
@@ -40,6 +42,7 @@ from checkpoints.restore import ApplyReport, apply_plan, describe_conflicts, sta
 from checkpoints.retention import select_over_cap, select_prunable
 from checkpoints.scan import ProgressFn, ScanOptions, ScanResult, scan_paths, scan_workspace
 from checkpoints.statcache import StatCache, make_row, read_stat_cache, write_stat_cache, DirRecord, KIND, NAME
+from checkpoints.statcache import check_stat_cache
 from objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, TreeEntry, hash_bytes
 from objstore.errors import StoreNotFound
 
@@ -103,10 +106,11 @@ class PruneReport:
 class CheckReport:
     objects: FsckReport
     damaged_checkpoints: tuple[str, ...]
+    damaged_files: tuple[tuple[str, str], ...] = ()  # (path, problem): journals, stat caches
 
     @property
     def ok(self) -> bool:
-        return self.objects.ok
+        return self.objects.ok and not self.damaged_files
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,19 +392,23 @@ class Checkpoints:
     def read_file(self, ref: str, path: str | bytes) -> bytes:
         entry = self._find_entry(self.get(ref), path)
         if entry.kind is EntryKind.SYMLINK:
-            return entry.target  # type: ignore[no-any-return]
+            assert entry.target is not None
+            return entry.target
         if entry.kind is EntryKind.TREE:
             raise UnsafePath(os.fsencode(path), "is a directory")
+        assert entry.oid is not None
         return self.objects.get_bytes(entry.oid)
 
     def copy_file(self, ref: str, path: str | bytes, out: BinaryIO) -> int:
         """Stream one file of a checkpoint into `out` (verified at the end)."""
         entry = self._find_entry(self.get(ref), path)
         if entry.kind is EntryKind.SYMLINK:
+            assert entry.target is not None
             out.write(entry.target)
             return len(entry.target)
         if entry.kind is EntryKind.TREE:
             raise UnsafePath(os.fsencode(path), "is a directory")
+        assert entry.oid is not None
         return self.objects.copy_to(entry.oid, out)
 
     # -- restore -------------------------------------------------------------------------
@@ -562,8 +570,24 @@ class Checkpoints:
                 key = key.rpartition(b"/")[0]
         write_stat_cache(self._cache_path, cache)
 
-    def _complete_interrupted_restore(self) -> RestoreReport | None:
+    def _pending_intent(self) -> RestoreIntent | None:
+        """The journal of a killed restore of this root, its staging path checked: completing
+        deletes that directory, so a damaged or crafted journal must not name anything else
+        than what `_staging_dir` makes (CatalogCorrupt naming the journal)."""
         intent = read_intent(self._journal_path)
+        if intent is None:
+            return None
+        parent, _, name = intent.staging.rpartition(b"/")
+        token = name.rpartition(b"-")[2]
+        ours = (parent == os.fsencode(self._root_dir) and name == b"staging-" + token) or (
+            parent == self._root_b and name == b".ckpt-staging-" + token)
+        if not (ours and len(token) == 12 and all(c in b"0123456789abcdef" for c in token)):
+            raise CatalogCorrupt(self._journal_path, "restore journal names a staging directory "
+                                 f"ckpt does not make: {os.fsdecode(intent.staging)}")
+        return intent
+
+    def _complete_interrupted_restore(self) -> RestoreReport | None:
+        intent = self._pending_intent()
         if intent is None:
             return None
         shutil.rmtree(intent.staging, ignore_errors=True)
@@ -574,7 +598,11 @@ class Checkpoints:
         covered = intent.covered if intent.scope == "paths" else None
         plan = self._plan(intent, self._scan(covered, None).tree)
         if target is None:  # pruned meanwhile: finish the tree, skip the bookkeeping
-            staged = stage_files(plan, self.objects, intent.staging)
+            try:
+                staged = stage_files(plan, self.objects, intent.staging)
+            except BaseException:
+                clear_intent(self._journal_path)  # as `_execute`: never jam every command
+                raise
             try:
                 apply_plan(self._root_b, plan, staged)
             finally:
@@ -622,11 +650,23 @@ class Checkpoints:
         with RootLock(os.path.join(self.store_dir, "gc.lock"), timeout=max(self.config.lock_timeout, 60.0),
                       purpose="gc"):
             grace = self.config.gc_grace_seconds if grace_seconds is None else grace_seconds
-            report = collect_garbage(self.objects, self.catalog.tree_roots(), grace_seconds=grace,
+            roots = self.catalog.tree_roots() + self._journaled_trees()
+            report = collect_garbage(self.objects, roots, grace_seconds=grace,
                                      now=time.time(), dry_run=dry_run)
             if report.objects_removed and not dry_run:
                 self._bump_gc_generation()
             return report
+
+    def _journaled_trees(self) -> builtins.list[ObjectId]:
+        """Targets of killed restores (any root of this store) not yet completed: live for gc,
+        even if their record was pruned meanwhile, or completing them would fail for good.
+        A damaged journal raises: gc must not guess what is still needed."""
+        trees = []
+        for path in glob.glob(os.path.join(glob.escape(self.store_dir), "roots", "*", "journal")):
+            intent = read_intent(path)
+            if intent is not None:
+                trees.append(intent.tree)
+        return trees
 
     def _bump_gc_generation(self) -> None:
         path = os.path.join(self.store_dir, "gc-generation")
@@ -639,7 +679,27 @@ class Checkpoints:
         records = self.catalog.history(session=None)
         report = check_store(self.objects, [r.tree for r in records], full=full)
         damaged = tuple(r.id for r in records if r.tree in report.damaged_roots)
-        return CheckReport(report, damaged)
+        return CheckReport(report, damaged, self._check_root_files())
+
+    def _check_root_files(self) -> tuple[tuple[str, str], ...]:
+        """Damaged per-root files of every root of the store: restore journals, stat caches."""
+        found = []
+        for root_dir in sorted(glob.glob(os.path.join(glob.escape(self.store_dir), "roots", "*"))):
+            journal = os.path.join(root_dir, "journal")
+            try:
+                if root_dir == self._root_dir:
+                    self._pending_intent()
+                else:
+                    read_intent(journal)
+            except CatalogCorrupt as exc:
+                found.append((journal, f"{exc.reason} (delete it to abandon the interrupted "
+                                       "restore)"))
+            cache = os.path.join(root_dir, "statcache")
+            problem = check_stat_cache(cache)
+            if problem is not None:
+                found.append((cache, f"stat cache is damaged: {problem} (only a cache: the next "
+                                     "checkpoint rebuilds it)"))
+        return tuple(found)
 
     def stats(self) -> StoreStats:
         backend = self.objects.backend

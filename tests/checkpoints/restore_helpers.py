@@ -7,6 +7,7 @@ Everything here looks at the real filesystem: no mocks.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat as statmod
 from collections.abc import Iterable
@@ -70,23 +71,27 @@ def write_file(root: str | os.PathLike[str], rel: str, data: bytes, *, executabl
     return path
 
 
-def object_files(store_dir: str) -> list[str]:
-    """Paths of every loose object file of a store (`objects/ab/cdef…`)."""
-    base = os.path.join(store_dir, "objects")
-    found = []
-    for prefix in sorted(os.listdir(base)):
-        sub = os.path.join(base, prefix)
-        if len(prefix) != 2 or not os.path.isdir(sub):
-            continue
-        found.extend(os.path.join(sub, name) for name in sorted(os.listdir(sub)) if not name.startswith("."))
-    return found
-
-
 def store_bytes(store_dir: str) -> int:
-    """The size of a store as the growth contract counts it: the sum of its object files."""
-    return sum(os.path.getsize(path) for path in object_files(store_dir))
+    """The size of a store as the growth contract counts it: every file under `objects/`
+    (loose objects, and pack files with their indexes in a packed store)."""
+    total = 0
+    for dirpath, _, filenames in os.walk(os.path.join(store_dir, "objects")):
+        total += sum(os.lstat(os.path.join(dirpath, name)).st_size for name in filenames)
+    return total
+
+
+def init_loose_store(store_dir: str) -> None:
+    """Create a store that keeps one file per object (`objects/ab/cdef…`), so a test can damage
+    or remove one object's file; `Checkpoints.init` then keeps that layout."""
+    from objstore import ObjectStore, StoreOptions
+
+    if any(f.name == "layout" for f in dataclasses.fields(StoreOptions)):
+        ObjectStore.init(store_dir, StoreOptions(layout="loose")).close()  # type: ignore[call-arg]
+    else:
+        ObjectStore.init(store_dir).close()
 
 
 def object_path(store_dir: str, oid: bytes) -> str:
+    """Where a loose store (see `init_loose_store`) keeps object `oid`."""
     text = oid.hex()
     return os.path.join(store_dir, "objects", text[:2], text[2:])
