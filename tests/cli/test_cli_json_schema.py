@@ -125,7 +125,8 @@ def test_gc_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
 
 
 FSCK = {"ok": bool, "full": bool, "trees_checked": int, "blobs_checked": int,
-        "objects_verified": int, "problems": list, "damaged_checkpoints": list}
+        "objects_verified": int, "problems": list, "damaged_checkpoints": list,
+        "damaged_files": list}
 
 
 def test_fsck_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
