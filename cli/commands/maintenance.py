@@ -135,7 +135,9 @@ def fsck(state: State, full: bool, as_json: bool) -> None:
                     "problems": [_damage_json(d) for d in objects.problems],
                     "damaged_checkpoints": list(check.damaged_checkpoints),
                     "damaged_files": [{"path": path_text(p), "problem": why}
-                                      for p, why in check.damaged_files]})
+                                      for p, why in check.damaged_files],
+                    "damaged_caches": [{"path": path_text(p), "problem": why}
+                                       for p, why in check.damaged_caches]})
     else:
         lines = []
         for d in objects.problems:
@@ -146,6 +148,8 @@ def fsck(state: State, full: bool, as_json: bool) -> None:
             lines.append(f"{d.problem} object {d.oid.hex()}{why}{where}")
         lines.extend(f"damaged checkpoint {i}" for i in check.damaged_checkpoints)
         lines.extend(f"damaged file {path_text(p)}: {why}" for p, why in check.damaged_files)
+        lines.extend(f"note: damaged stat cache {path_text(p)}: {why}"
+                     for p, why in check.damaged_caches)
         if check.ok:
             lines.append(f"ok: {objects.trees_checked} trees, {objects.blobs_checked} blobs"
                          + (f", {objects.objects_verified} objects verified" if full else ""))

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
+import sys
 
 from cli.context import (
     State,
@@ -321,7 +322,7 @@ def cat(state: State, id: str, path: str, as_json: bool) -> None:
     """
     service = state.open()
     record = service.get(id)
-    stdout = click.get_binary_stream("stdout")
+    stdout = sys.stdout.buffer  # click.get_binary_stream is deprecated (click 9)
     if not as_json:
         service.copy_file(record.id, path, stdout)
         stdout.flush()
