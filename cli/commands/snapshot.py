@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import base64
 import inspect
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
-import sys
 
 from cli.context import (
     State,
