@@ -29,7 +29,7 @@ import re
 import stat
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final, NamedTuple
@@ -274,8 +274,12 @@ class DirRules:
                     return self._decide(n, is_dir)
         return False
 
-    def enter(self, name: bytes) -> DirRules:
-        """The rules inside subdirectory `name` (reads its ignore files)."""
+    def enter(self, name: bytes, *, listing: Container[bytes] | None = None) -> DirRules:
+        """The rules inside subdirectory `name` (reads its ignore files).
+
+        `listing`, the names in that subdirectory when the caller has already read it, saves
+        the failing open of each ignore file that is not there (two syscalls per directory).
+        """
         n = name.decode(_FS_ENCODING, _FS_ERRORS)
         depth = self._depth + 1
         rel = self._rel + n + "/"
@@ -289,7 +293,7 @@ class DirRules:
                 rule.globstar < 0 for frame in frames for rule in frame.live
             ):
                 pre = None
-        level = self._owner._read_level(dir_)
+        level = self._owner._read_level(dir_, listing=listing)
         if level is not None:
             frames = (*frames, _Frame(level, depth, len(rel), level.path_rules))
             pre = None
@@ -389,9 +393,12 @@ class IgnoreRules:
             rules = entered
         return rules.is_ignored(parts[-1], is_dir=is_dir)
 
-    def _read_level(self, directory: bytes, extra: tuple[str, ...] = ()) -> _Level | None:
+    def _read_level(self, directory: bytes, extra: tuple[str, ...] = (),
+                    listing: Container[bytes] | None = None) -> _Level | None:
         lines: list[str] = []
         for name in (GITIGNORE, CKPTIGNORE) if self._use_gitignore else (CKPTIGNORE,):
+            if listing is not None and name not in listing:
+                continue
             path = directory + name
             try:
                 fd = os.open(path, _OPEN_FLAGS)

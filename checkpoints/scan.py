@@ -135,14 +135,19 @@ class _Scanner:
     def walk(self, top: _Dir, top_rules: DirRules) -> list[_Dir]:
         """Every directory under `top` (parents before children)."""
         order = []
-        stack = [(top, top_rules)]
+        # (directory, rules, name): with a name, `rules` are the parent's, and the directory's
+        # own are derived once its listing is known (no failing opens of absent ignore files).
+        stack: list[tuple[_Dir, DirRules, bytes | None]] = [(top, top_rules, None)]
         while stack:
-            node, rules = stack.pop()
+            node, rules, name = stack.pop()
             order.append(node)
-            self._read_dir(node, rules, stack)
+            self._read_dir(node, rules, name, stack)
         return order
 
-    def _read_dir(self, node: _Dir, rules: DirRules, stack: list[tuple[_Dir, DirRules]]) -> None:
+    def _read_dir(
+        self, node: _Dir, rules: DirRules, name_in_parent: bytes | None,
+        stack: list[tuple[_Dir, DirRules, bytes | None]],
+    ) -> None:
         # The hot loop of every snapshot: one scandir, one lstat per leaf, and for an unchanged
         # file nothing but a dict lookup and a field-by-field comparison (inlined on purpose).
         cached = self.cache.dirs.get(node.key)
@@ -154,6 +159,8 @@ class _Scanner:
             if node.key:
                 self._skip(node.key, f"unreadable: {exc.strerror}")
             return
+        if name_in_parent is not None:
+            rules = rules.enter(name_in_parent, listing={entry.name for entry in entries})
         prefix = node.key + b"/" if node.key else b""
         rows = node.rows
         limit = self.options.max_file_size
@@ -172,7 +179,7 @@ class _Scanner:
                     old = cached_rows.get(name)
                     if old is not None and old[KIND] == _TREE:
                         hits += 1
-                    stack.append((child, rules.enter(name)))
+                    stack.append((child, rules, name))
                     continue
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
