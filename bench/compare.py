@@ -14,6 +14,7 @@ Must not: import ckpt (it is measured as users run it, through its CLI), or modi
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime as dt
 import importlib.metadata
 import json
@@ -162,7 +163,11 @@ class CkptCli:
         # directory is on sys.path, so the stdlib corpus would shadow real modules and Python
         # would write __pycache__ into the tree being measured.
         self.cwd = work.parent
-        exe = shutil.which("ckpt")
+        # The console script installed beside this interpreter, not the first `ckpt` on PATH:
+        # version-manager shims (pyenv) add ~0.1 s of shell to every call, which a user who
+        # installs ckpt normally does not pay.
+        beside = Path(sys.executable).with_name("ckpt")
+        exe = str(beside) if beside.is_file() else shutil.which("ckpt")
         launcher = [exe] if exe else [sys.executable, "-c", "from cli.main import main; main()"]
         self.base = [*launcher, "--root", str(work), "--store", str(store)]
         path = os.environ.get("PYTHONPATH")
@@ -373,6 +378,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CorpusError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if "ckpt" in tools:
+        # An installed package has its bytecode compiled; an editable checkout under
+        # PYTHONDONTWRITEBYTECODE would recompile every module on every call.
+        for package in ("objstore", "checkpoints", "cli"):
+            compileall.compile_dir(REPO_ROOT / package, quiet=1)
     scratch_root = Path(tempfile.mkdtemp(prefix="ckpt-compare-", dir=args.scratch))
     print(f"corpus {corpus.name} at {corpus.path}; scratch {scratch_root}", file=sys.stderr)
     captured = list_captured_files(corpus.path)
