@@ -19,6 +19,7 @@ process, because flock locks belong to the open file description, not to the pro
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -148,8 +149,11 @@ class RootLock:
                 owner = LockOwner(pid=os.getpid(), host=socket.gethostname(),
                                   started_at=started.replace("+00:00", "Z"), purpose=self.purpose)
                 # Truncate, then one positional write: a reader sees empty, or the record.
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, owner.encode(), 0)
+                try:
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, owner.encode(), 0)
+                except OSError as exc:  # name the file: these calls take a descriptor
+                    raise OSError(exc.errno, exc.strerror, self.path) from exc
         except BaseException:
             os.close(fd)  # also releases the flock if we got it
             raise
@@ -181,7 +185,11 @@ class RootLock:
         try:
             if not self.shared:
                 # Clear our record before unlocking so nobody is named after we are gone.
-                os.ftruncate(fd, 0)
+                # Best effort: on a disk gone read-only or failing, raising here would replace
+                # the error that is unwinding through `with`; a stale record is harmless (the
+                # next holder rewrites it, a shared one clears it).
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
         finally:
             os.close(fd)  # closing the only descriptor of this open file releases the flock
 

@@ -26,6 +26,7 @@ from checkpoints.config import StoreConfig, read_config, write_config
 from checkpoints.diff import Change, diff_trees, iter_leaves
 from checkpoints.errors import (
     CatalogCorrupt,
+    CheckpointError,
     NothingMatched,
     NotInitialized,
     PathNotInCheckpoint,
@@ -44,7 +45,7 @@ from checkpoints.scan import ProgressFn, ScanOptions, ScanResult, scan_paths, sc
 from checkpoints.statcache import StatCache, make_row, read_stat_cache, write_stat_cache, DirRecord, KIND, NAME
 from checkpoints.statcache import check_stat_cache
 from objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, TreeEntry, hash_bytes
-from objstore.errors import StoreNotFound
+from objstore.errors import ObjstoreError, StoreNotFound
 
 if TYPE_CHECKING:
     from checkpoints.ignore import IgnoreRules
@@ -106,7 +107,9 @@ class PruneReport:
 class CheckReport:
     objects: FsckReport
     damaged_checkpoints: tuple[str, ...]
-    damaged_files: tuple[tuple[str, str], ...] = ()  # (path, problem): journals, stat caches
+    damaged_files: tuple[tuple[str, str], ...] = ()  # (path, problem): restore journals
+    # (path, problem): listed, yet no damage to the store: the next checkpoint rebuilds them
+    damaged_caches: tuple[tuple[str, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -128,6 +131,18 @@ class StoreStats:
 
 def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+@contextmanager
+def _naming(path: str | bytes) -> Iterator[None]:
+    """A write through a file object fails with an OSError naming no file (ENOSPC, EIO):
+    name `path`, the file or directory being written, so the error says where."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, os.fsdecode(path)) from exc
+        raise
 
 
 def _ms(seconds: float) -> int:
@@ -184,8 +199,11 @@ class Checkpoints:
         return cls(root_abs, store_abs, session, **kwargs)
 
     def close(self) -> None:
-        self.objects.close()
-        self.catalog.close()
+        try:
+            with _naming(os.path.join(self.store_dir, "objects")):
+                self.objects.close()  # publishes what was written: can fail like a put
+        finally:
+            self.catalog.close()
 
     def __enter__(self) -> Checkpoints:
         return self
@@ -281,15 +299,17 @@ class Checkpoints:
         options = ScanOptions(max_file_size=self.config.max_file_size,
                               threads=self.config.effective_threads())
         start_ns = time.time_ns()
-        if covered is None:
-            result, new_cache = scan_workspace(self._root_b, self.objects, self._rules(), cache,
+        with _naming(os.path.join(self.store_dir, "objects")):
+            if covered is None:
+                result, new_cache = scan_workspace(self._root_b, self.objects, self._rules(), cache,
+                                                   options=options, scan_start_ns=start_ns, progress=progress)
+            else:
+                result, new_cache = scan_paths(self._root_b, covered, self.objects, self._rules(), cache,
                                                options=options, scan_start_ns=start_ns, progress=progress)
-        else:
-            result, new_cache = scan_paths(self._root_b, covered, self.objects, self._rules(), cache,
-                                           options=options, scan_start_ns=start_ns, progress=progress)
-        self.objects.sync()
+            self.objects.sync()
         if new_cache.dirty:
-            write_stat_cache(self._cache_path, new_cache)
+            with _naming(self._cache_path):
+                write_stat_cache(self._cache_path, new_cache)
         return result
 
     def create(self, *, label: str | None = None, reason: str | None = None,
@@ -486,12 +506,15 @@ class Checkpoints:
         return self._root_b + b"/.ckpt-staging-" + token.encode()
 
     def _execute(self, intent: RestoreIntent, target: CheckpointRecord, plan: RestorePlan,
-                 started: float, progress: ProgressFn | None) -> RestoreReport:
-        write_intent(self._journal_path, intent)
+                 started: float, progress: ProgressFn | None, *,
+                 resuming: bool = False) -> RestoreReport:
+        with _naming(self._journal_path):
+            write_intent(self._journal_path, intent)
         try:
-            staged = stage_files(plan, self.objects, intent.staging)
-        except BaseException:
-            clear_intent(self._journal_path)  # nothing was applied: the tree is untouched
+            with _naming(intent.staging):
+                staged = stage_files(plan, self.objects, intent.staging)
+        except BaseException as exc:
+            self._abandon_staging_failure(exc, resuming=resuming)
             raise
         try:
             applied = apply_plan(self._root_b, plan, staged, progress=progress)
@@ -599,9 +622,10 @@ class Checkpoints:
         plan = self._plan(intent, self._scan(covered, None).tree)
         if target is None:  # pruned meanwhile: finish the tree, skip the bookkeeping
             try:
-                staged = stage_files(plan, self.objects, intent.staging)
-            except BaseException:
-                clear_intent(self._journal_path)  # as `_execute`: never jam every command
+                with _naming(intent.staging):
+                    staged = stage_files(plan, self.objects, intent.staging)
+            except BaseException as exc:
+                self._abandon_staging_failure(exc, resuming=True)
                 raise
             try:
                 apply_plan(self._root_b, plan, staged)
@@ -609,7 +633,16 @@ class Checkpoints:
                 shutil.rmtree(intent.staging, ignore_errors=True)
             clear_intent(self._journal_path)
             return None
-        return self._execute(intent, target, plan, time.monotonic(), None)
+        return self._execute(intent, target, plan, time.monotonic(), None, resuming=True)
+
+    def _abandon_staging_failure(self, exc: BaseException, *, resuming: bool) -> None:
+        """Staging failed, so nothing of this attempt was applied. A new restore is forgotten
+        (the tree is untouched). One being completed left the tree half restored: its journal
+        stays through a full disk, an IO error or Ctrl-C, so the next command finishes it once
+        the cause is gone; only a store that cannot give the content (retrying could never
+        succeed) ends it, rather than jam every command."""
+        if not resuming or isinstance(exc, (ObjstoreError, CheckpointError)):
+            clear_intent(self._journal_path)
 
     def recover(self) -> RestoreReport | None:
         """Complete a restore that was killed; None when there was nothing to complete."""
@@ -679,11 +712,12 @@ class Checkpoints:
         records = self.catalog.history(session=None)
         report = check_store(self.objects, [r.tree for r in records], full=full)
         damaged = tuple(r.id for r in records if r.tree in report.damaged_roots)
-        return CheckReport(report, damaged, self._check_root_files())
+        return CheckReport(report, damaged, *self._check_root_files())
 
-    def _check_root_files(self) -> tuple[tuple[str, str], ...]:
-        """Damaged per-root files of every root of the store: restore journals, stat caches."""
-        found = []
+    def _check_root_files(self) -> tuple[tuple[tuple[str, str], ...], ...]:
+        """Damaged per-root files of every root of the store: (restore journals, stat caches).
+        A stat cache is written without fsync (a crash may tear it): damage there is a note."""
+        found, caches = [], []
         for root_dir in sorted(glob.glob(os.path.join(glob.escape(self.store_dir), "roots", "*"))):
             journal = os.path.join(root_dir, "journal")
             try:
@@ -692,14 +726,13 @@ class Checkpoints:
                 else:
                     read_intent(journal)
             except CatalogCorrupt as exc:
-                found.append((journal, f"{exc.reason} (delete it to abandon the interrupted "
-                                       "restore)"))
+                hint = "delete it to abandon the interrupted restore"
+                found.append((journal, f"{exc.reason} ({hint})"))
             cache = os.path.join(root_dir, "statcache")
             problem = check_stat_cache(cache)
             if problem is not None:
-                found.append((cache, f"stat cache is damaged: {problem} (only a cache: the next "
-                                     "checkpoint rebuilds it)"))
-        return tuple(found)
+                caches.append((cache, f"{problem} (only a cache: the next checkpoint rebuilds it)"))
+        return tuple(found), tuple(caches)
 
     def stats(self) -> StoreStats:
         backend = self.objects.backend

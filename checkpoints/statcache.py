@@ -14,6 +14,7 @@ caught too, or it would put a wrong id into a checkpoint. No walking here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from dataclasses import dataclass, field
@@ -86,14 +87,14 @@ def _decode(data: bytes) -> tuple[int, dict[bytes, DirRecord]]:
         raise ValueError("checksum mismatch (damaged or truncated)")
     payload = unpack_data(body, what="stat cache")
     if not isinstance(payload, list) or len(payload) != 3:
-        raise ValueError("not a stat cache")
+        raise TypeError("not a stat cache")
     if payload[0] != CACHE_VERSION:
         raise _OtherVersion
     _, cached_generation, raw_dirs = payload
     dirs = {}
     for key, (tree, size, files, rows) in raw_dirs.items():
         if not isinstance(key, bytes) or not isinstance(tree, bytes) or not isinstance(rows, list):
-            raise ValueError("bad directory record")
+            raise TypeError("bad directory record")
         dirs[key] = DirRecord(tree, size, files, rows)
     return cached_generation, dirs
 
@@ -140,6 +141,11 @@ def write_stat_cache(path: str, cache: StatCache) -> None:
     data = pack_data((CACHE_VERSION, cache.gc_generation, raw_dirs))
     data += hash_bytes(data)
     temp = f"{path}.tmp-{secrets.token_hex(4)}"
-    with open(temp, "wb") as out:
-        out.write(data)
-    os.replace(temp, path)
+    try:
+        with open(temp, "wb") as out:
+            out.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a full disk must not keep the torn copy too
+            os.unlink(temp)
+        raise

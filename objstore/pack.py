@@ -98,7 +98,7 @@ class PackedBackend:
                 bare.add(name)
         if recover:
             for name in sorted(bare):
-                if packfile.recover_pack(self.packs_dir, name, self.fsync):
+                if _try_recover(self.packs_dir, name, self.fsync):
                     self._load_index(table, name)
         for deletion in self._deleted.values():
             for doomed in deletion.oids:
@@ -366,7 +366,7 @@ class PackedBackend:
             if self._writer is not None:
                 bare.discard(self._writer.name)
             for name in sorted(bare):
-                packfile.recover_pack(self.packs_dir, name, self.fsync)
+                _try_recover(self.packs_dir, name, self.fsync)
             for name in orphans:  # a compaction died between its two unlinks
                 path = packfile.index_path(self.packs_dir, name)
                 try:
@@ -384,6 +384,16 @@ class PackedBackend:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds.clear()
+
+
+def _try_recover(directory: str, name: str, fsync: FsyncPolicy) -> bool:
+    """`recover_pack`, except that failing to write the index (a full or read-only disk) is
+    not an error: no record references an unpublished pack, so recovering it only saves
+    rewriting its objects, and opening a store must not need a byte of free space."""
+    try:
+        return packfile.recover_pack(directory, name, fsync)
+    except OSError:
+        return False
 
 
 __all__ = ["PACKS_DIR", "PackedBackend"]
