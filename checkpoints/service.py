@@ -17,7 +17,6 @@ import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -40,93 +39,35 @@ from checkpoints.model import CheckpointRecord, CheckpointStats, Event, new_chec
 from checkpoints.paths import RelPath, parse_relpath, user_path_to_rel
 from checkpoints.plan import RestorePlan, plan_restore
 from checkpoints.restore import ApplyReport, apply_plan, describe_conflicts, stage_files
+from checkpoints.reports import (
+    CheckReport,
+    FileEntry,
+    PruneReport,
+    RestoreReport,
+    StoreStats,
+)
 from checkpoints.retention import select_over_cap, select_prunable
 from checkpoints.scan import ProgressFn, ScanOptions, ScanResult, scan_paths, scan_workspace
-from checkpoints.statcache import StatCache, make_row, read_stat_cache, write_stat_cache, DirRecord, KIND, NAME
-from checkpoints.statcache import check_stat_cache
+from checkpoints.statcache import (
+    KIND,
+    NAME,
+    DirRecord,
+    check_stat_cache,
+    make_row,
+    read_stat_cache,
+    write_stat_cache,
+)
 from objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, TreeEntry, hash_bytes
 from objstore.errors import ObjstoreError, StoreNotFound
+from objstore.fsck import check_store
+from objstore.gc import GcReport, collect_garbage
 
 if TYPE_CHECKING:
     from checkpoints.ignore import IgnoreRules
-from objstore.fsck import FsckReport, check_store
-from objstore.gc import GcReport, collect_garbage
 
 Clock = Callable[[], datetime]
 Listener = Callable[[Event], None]
 STORE_NAME = ".ckpt"
-
-
-@dataclass(frozen=True, slots=True)
-class FileEntry:
-    path: RelPath
-    kind: EntryKind
-    size: int
-    oid: ObjectId | None
-    target: bytes | None
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreReport:
-    id: str
-    written: int
-    deleted: int
-    dirs_created: int
-    dirs_removed: int
-    unchanged: int
-    bytes_written: int
-    pre_restore: str | None
-    discarded: tuple[str, ...]
-    dry_run: bool
-    plan: RestorePlan
-    conflicts: tuple[tuple[RelPath, str], ...] = ()
-    duration_ms: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id, "written": self.written, "deleted": self.deleted,
-            "dirs_created": self.dirs_created, "dirs_removed": self.dirs_removed,
-            "unchanged": self.unchanged, "bytes_written": self.bytes_written,
-            "pre_restore": self.pre_restore, "discarded": list(self.discarded),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class PruneReport:
-    removed: tuple[str, ...]
-    objects_removed: int
-    bytes_freed: int
-    dry_run: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {"removed": list(self.removed), "objects_removed": self.objects_removed,
-                "bytes_freed": self.bytes_freed}
-
-
-@dataclass(frozen=True, slots=True)
-class CheckReport:
-    objects: FsckReport
-    damaged_checkpoints: tuple[str, ...]
-    damaged_files: tuple[tuple[str, str], ...] = ()  # (path, problem): restore journals
-    # (path, problem): listed, yet no damage to the store: the next checkpoint rebuilds them
-    damaged_caches: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.objects.ok and not self.damaged_files
-
-
-@dataclass(frozen=True, slots=True)
-class StoreStats:
-    objects: int
-    stored_bytes: int  # on disk, compressed
-    logical_bytes: int  # sum of every checkpoint's file bytes
-    checkpoints: int
-    sessions: dict[str, int]
-
-    @property
-    def dedup_ratio(self) -> float:
-        return self.logical_bytes / self.stored_bytes if self.stored_bytes else 0.0
 
 
 def _utc_now() -> datetime:

@@ -16,7 +16,7 @@ from cli.render import display_path, format_size, write_json, write_lines
 
 if TYPE_CHECKING:
     from checkpoints.plan import RestorePlan
-    from checkpoints.service import RestoreReport
+    from checkpoints.reports import RestoreReport
 
 
 def summary_line(report: RestoreReport) -> str:

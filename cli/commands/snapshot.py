@@ -39,7 +39,7 @@ from cli.render import (
 
 if TYPE_CHECKING:
     from checkpoints.model import CheckpointRecord
-    from checkpoints.service import FileEntry
+    from checkpoints.reports import FileEntry
 
 MAX_SKIPPED_SHOWN = 20
 

@@ -1,0 +1,86 @@
+"""The records the `Checkpoints` API returns: restore, prune, check and store reports.
+
+Plain frozen data with their JSON shapes (DESIGN.md "CLI contract"); nothing here does IO.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from checkpoints.paths import RelPath
+from checkpoints.plan import RestorePlan
+from objstore import EntryKind, ObjectId
+from objstore.fsck import FsckReport
+
+
+@dataclass(frozen=True, slots=True)
+class FileEntry:
+    path: RelPath
+    kind: EntryKind
+    size: int
+    oid: ObjectId | None
+    target: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    id: str
+    written: int
+    deleted: int
+    dirs_created: int
+    dirs_removed: int
+    unchanged: int
+    bytes_written: int
+    pre_restore: str | None
+    discarded: tuple[str, ...]
+    dry_run: bool
+    plan: RestorePlan
+    conflicts: tuple[tuple[RelPath, str], ...] = ()
+    duration_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "written": self.written, "deleted": self.deleted,
+            "dirs_created": self.dirs_created, "dirs_removed": self.dirs_removed,
+            "unchanged": self.unchanged, "bytes_written": self.bytes_written,
+            "pre_restore": self.pre_restore, "discarded": list(self.discarded),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    removed: tuple[str, ...]
+    objects_removed: int
+    bytes_freed: int
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"removed": list(self.removed), "objects_removed": self.objects_removed,
+                "bytes_freed": self.bytes_freed}
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    objects: FsckReport
+    damaged_checkpoints: tuple[str, ...]
+    damaged_files: tuple[tuple[str, str], ...] = ()  # (path, problem): restore journals
+    # (path, problem): listed, yet no damage to the store: the next checkpoint rebuilds them
+    damaged_caches: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.objects.ok and not self.damaged_files
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    objects: int
+    stored_bytes: int  # on disk, compressed
+    logical_bytes: int  # sum of every checkpoint's file bytes
+    checkpoints: int
+    sessions: dict[str, int]
+
+    @property
+    def dedup_ratio(self) -> float:
+        return self.logical_bytes / self.stored_bytes if self.stored_bytes else 0.0
