@@ -1,7 +1,7 @@
 """Helpers shared by the restore, crash, state-machine and prune tests (not a test module).
 
-`tests/` directories are not packages and pytest runs with `--import-mode=importlib`, so the
-test modules load this file by path (`load_restore_helpers()` below, copied in each of them).
+The test modules `import restore_helpers` (pyproject's pytest `pythonpath` puts
+tests/checkpoints on sys.path; the name is unique across tests/).
 Everything here looks at the real filesystem: no mocks.
 """
 

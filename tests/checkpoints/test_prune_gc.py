@@ -9,34 +9,18 @@ holding just those ten.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import random
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 
 from checkpoints.config import read_config, write_config
 from checkpoints.errors import UnknownCheckpoint
 from checkpoints.service import Checkpoints
-
-
-def load_restore_helpers() -> ModuleType:
-    name = "ckpt_tests_restore_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("restore_helpers.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-h = load_restore_helpers()
 
 
 class StepClock:

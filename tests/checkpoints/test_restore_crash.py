@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import importlib.util
 import os
 import random
 import shutil
@@ -19,28 +18,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 
 import checkpoints
 from checkpoints.config import read_config, write_config
 from checkpoints.service import Checkpoints
 from objstore import CorruptObject, ObjectNotFound
 
-
-def load_restore_helpers() -> ModuleType:
-    name = "ckpt_tests_restore_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("restore_helpers.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-h = load_restore_helpers()
 REPO = str(Path(checkpoints.__file__).resolve().parent.parent)
 LOCK_TIMEOUT = 3.0  # a lock left behind by the killed child would fail the next command fast
 

@@ -11,34 +11,17 @@ Bounded by default; `CKPT_SOAK=1` runs a long soak.
 from __future__ import annotations
 
 import glob
-import importlib.util
 import os
 import shutil
-import sys
 import tempfile
-from pathlib import Path
-from types import ModuleType
 
+import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, rule
 
 from checkpoints.errors import UnknownCheckpoint
 from checkpoints.service import Checkpoints
-
-
-def load_restore_helpers() -> ModuleType:
-    name = "ckpt_tests_restore_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("restore_helpers.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-h = load_restore_helpers()
 
 SOAK = os.environ.get("CKPT_SOAK") == "1"
 NAMES = ("a", "b", "c")

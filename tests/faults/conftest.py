@@ -6,27 +6,11 @@ The tally of faults injected and cases passed is printed after the run (and writ
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 
+import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import pytest
-
-
-def load_helpers() -> ModuleType:
-    name = "ckpt_fault_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("fault_helpers.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-h = load_helpers()
 
 
 @pytest.fixture(scope="session", autouse=True)

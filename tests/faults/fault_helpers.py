@@ -1,8 +1,8 @@
 """Shared machinery of the fault suite: running `ckpt` as a real process (and killing it),
 seeded workspaces, exact tree models, and the tally of injected faults.
 
-Not a test module: the test files load it with `load_helpers()` (tests/ is not a package and
-pytest runs in importlib mode, so it is registered under one unique module name).
+Not a test module: the test files `import fault_helpers` (pyproject's pytest `pythonpath` puts
+tests/faults on sys.path; the name is unique across tests/).
 
 Scale: every count comes from `scale(default, soak)`; `CKPT_SOAK=1` selects the soak figures.
 The tally (faults injected, cases passed) is printed at the end of the run by `conftest.py` and

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -23,25 +22,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
+import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import pytest
 
 from checkpoints.service import Checkpoints
 
-
-def _helpers() -> ModuleType:
-    name = "ckpt_fault_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("fault_helpers.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-h = _helpers()
 SECONDS = h.scale(20, 120)
 WRITERS = 4
 RESTORE_ROUNDS = h.scale(2, 10)

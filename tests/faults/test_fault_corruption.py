@@ -9,33 +9,17 @@ damaged stat cache costs only speed (the checkpoint is exactly the tree, the cac
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import sqlite3
-import sys
-from pathlib import Path
-from types import ModuleType
 
+import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import pytest
 
 from checkpoints.journal import RestoreIntent, write_intent
 from checkpoints.service import Checkpoints
 from objstore import hash_bytes
 
-
-def _helpers() -> ModuleType:
-    name = "ckpt_fault_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("fault_helpers.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-h = _helpers()
 STATCACHE_FLIPS = h.scale(48, 400)
 HEADER = 13  # object envelope header (objstore/codec.py): magic, format, codec, length
 

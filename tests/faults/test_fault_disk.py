@@ -13,32 +13,16 @@ from __future__ import annotations
 
 import errno
 import glob
-import importlib.util
 import os
 import random
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
 
+import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import pytest
 
-
-def _helpers() -> ModuleType:
-    name = "ckpt_fault_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("fault_helpers.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-h = _helpers()
 pytestmark = pytest.mark.skipif(not h.can_mount(), reason="needs root to mount filesystems")
 # A failing device surfaces as EIO; then ext4 aborts its journal and refuses writes (EROFS),
 # or reports its own metadata unwritable (EUCLEAN, "Structure needs cleaning").

@@ -17,7 +17,6 @@ crashes, and every case is reported (an exit code and a message, or a recorded s
 from __future__ import annotations
 
 import errno
-import importlib.util
 import io
 import json
 import os
@@ -31,10 +30,9 @@ import threading
 import time
 import unicodedata
 from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import msgpack
 import pytest
 
@@ -42,19 +40,6 @@ from checkpoints.errors import RestoreIncomplete
 from checkpoints.service import Checkpoints
 from objstore import EntryKind, ObjectId, ObjectStore, hash_bytes
 
-
-def _helpers() -> ModuleType:
-    name = "ckpt_fault_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("fault_helpers.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-h = _helpers()
 WIDE = h.scale(20_000, 100_000)
 GROWTH_RUNS = h.scale(4, 20)
 NOBODY = 65534

@@ -14,32 +14,16 @@ Points per operation: 8 by default, 50 with CKPT_SOAK=1.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import re
 import statistics
-import sys
-from pathlib import Path
-from types import ModuleType
 
+import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import pytest
 
 from checkpoints.service import Checkpoints
 
-
-def _helpers() -> ModuleType:
-    name = "ckpt_fault_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("fault_helpers.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-h = _helpers()
 POINTS = h.scale(8, 50)
 FILES = 2500
 
