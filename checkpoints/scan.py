@@ -1,12 +1,15 @@
 """Snapshot scan: walk a workspace, hash what changed, and build its Merkle tree bottom-up.
 
 Three phases, so hashing can use every core (BLAKE3 and zstd release the GIL):
-1. walk: one `scandir` per directory, an `lstat` per file; each row is a stat-cache hit (id
-   reused, file not read) or a job;
+1. walk: breadth first, each level of directories listed and lstat'ed in one batch by
+   `dirlisting.scan_dirs` (native, threaded, without the GIL). A directory whose listing equals
+   the cached one — and whose ignore rules cannot have changed — takes its rows from the cache
+   without looking at a single entry; otherwise each entry is a stat-cache hit (id reused, file
+   not read) or a job. Ignore rules are only loaded for directories that need them;
 2. hash: jobs run in a thread pool through `ObjectStore.put_file` (never follows symlinks;
    a file that changes while read is retried, then skipped as "changed", never stored torn);
 3. build: directories bottom-up; a directory whose rows and subtrees all match the cache keeps
-   its cached tree id without being re-encoded, so an unchanged subtree costs one `scandir`.
+   its cached tree id without being re-encoded, so an unchanged subtree costs one listing.
 
 The scan never modifies the workspace. It writes objects and returns the new stat cache; the
 caller (the service) decides when the cache is saved and the record committed.
@@ -22,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from checkpoints.dirlisting import MaybeNames, iter_listing, scan_dirs
 from checkpoints.model import SkippedPath
 from checkpoints.paths import RelPath, ancestors, parse_relpath
 from checkpoints.statcache import (
@@ -31,6 +35,7 @@ from checkpoints.statcache import (
     MODE,
     MTIME,
     NAME,
+    NOT_SETTLED,
     RACY,
     RACY_WINDOW_NS,
     REF,
@@ -38,6 +43,7 @@ from checkpoints.statcache import (
     DirRecord,
     Row,
     StatCache,
+    StatLike,
     make_row,
     same_stat,
 )
@@ -54,12 +60,21 @@ _LINK = int(EntryKind.SYMLINK)
 _TREE = int(EntryKind.TREE)
 _TOMB = int(EntryKind.TOMBSTONE)
 _COUNT_LOCK = threading.Lock()
+_IGNORE_FILES = (b".gitignore", b".ckptignore")  # as ignore.py reads them
+RulesFactory = Callable[[], "IgnoreRules"]
 
 
 @dataclass(frozen=True, slots=True)
 class ScanOptions:
     max_file_size: int = 0  # 0 = no limit; larger files are skipped and recorded
     threads: int = 0  # 0 = one per core
+    # Whatever else decides what is captured (ignore settings): a cache made under other
+    # settings is still used entry by entry, but never for whole-directory shortcuts.
+    ignore_settings: str = ""
+
+    @property
+    def settings(self) -> str:
+        return repr((self.max_file_size, self.ignore_settings))
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +87,7 @@ class ScanResult:
     hashed: int  # files whose content was read this time
     skipped: tuple[SkippedPath, ...]
     absent_parents: tuple[RelPath, ...] = ()  # paths scope: missing parents of tombstones
+    dirs_unchanged: int = 0  # directories whose listing matched the cache: entries not looked at
 
 
 @dataclass(slots=True)
@@ -85,6 +101,18 @@ class _Dir:
     tree: ObjectId | None = None
     size: int = 0
     files: int = 0
+    leaves: int = 0  # files and symlinks below; -1: unknown
+    parent: _Dir | None = None
+    rules: DirRules | None = None  # computed on demand (see _Scanner._rules_of)
+    # The rules in force here are the ones the cached record was made under: unchanged
+    # settings, and no ignore file changed in this directory's ancestors.
+    rules_clean: bool = False
+    listing: bytes | None = None
+    newest: int = 0  # newest mtime/ctime in the listing
+    fast: bool = False  # the listing equals the cached one: rows are the cached record's
+    clean: bool = True  # nothing skipped or vanished here: its listing may be remembered
+    ignores: list[object] = field(default_factory=list)  # listing entries of its ignore files
+    ignored: list[bytes] = field(default_factory=list)  # names the rules left out ("/": dirs)
 
 
 @dataclass(slots=True)
@@ -92,6 +120,7 @@ class _Job:
     key: bytes
     row: Row
     fs_path: bytes
+    node: _Dir
 
 
 class _Scanner:
@@ -115,8 +144,14 @@ class _Scanner:
         self.new_objects = 0
         self.new_bytes = 0
         self.new_cache = StatCache(gc_generation=cache.gc_generation)
+        self.new_cache.settings = options.settings
         self.rebuilt_dirs = 0
+        self.dirs_unchanged = 0
         self._verified: dict[bytes, bool] = {}
+        self.root_rules: RulesFactory = _no_rules
+        self._settled_before = scan_start_ns - RACY_WINDOW_NS
+        # Whole-directory shortcuts need ids that surely exist and rows made under these rules.
+        self.shortcuts = not cache.needs_verification and cache.settings == options.settings
 
     def _trusted(self, oid: bytes) -> bool:
         """After a GC, an id remembered by the cache may be gone: check before reuse."""
@@ -127,91 +162,139 @@ class _Scanner:
             known = self._verified[oid] = self.store.has(ObjectId(oid))
         return known
 
-    def _skip(self, key: bytes, reason: str) -> None:
+    def _skip(self, key: bytes, reason: str, node: _Dir | None = None) -> None:
         self.skipped.append(SkippedPath(parse_relpath(key), reason))
+        if node is not None:
+            node.clean = False
 
     # -- phase 1 ---------------------------------------------------------------------
 
-    def walk(self, top: _Dir, top_rules: DirRules) -> list[_Dir]:
-        """Every directory under `top` (parents before children)."""
+    def walk(self, top: _Dir) -> list[_Dir]:
+        """Every directory under `top`, breadth first (parents before children)."""
         order = []
-        # (directory, rules, name): with a name, `rules` are the parent's, and the directory's
-        # own are derived once its listing is known (no failing opens of absent ignore files).
-        stack: list[tuple[_Dir, DirRules, bytes | None]] = [(top, top_rules, None)]
-        while stack:
-            node, rules, name = stack.pop()
-            order.append(node)
-            self._read_dir(node, rules, name, stack)
+        threads = self.options.threads or os.cpu_count() or 1
+        level = [top]
+        while level:
+            following: list[_Dir] = []
+            for node, outcome in zip(level, scan_dirs([n.fs_path for n in level], threads)):
+                order.append(node)
+                if isinstance(outcome, int):
+                    node.all_hits = False
+                    if node.key:
+                        self._skip(node.key, f"unreadable: {os.strerror(outcome)}", node)
+                    else:
+                        raise OSError(outcome, os.strerror(outcome), os.fsdecode(node.fs_path))
+                    continue
+                node.listing, node.newest = outcome
+                cached = self.cache.dirs.get(node.key)
+                if (node.rules_clean and cached is not None and cached.listing
+                        and cached.listing == node.listing):
+                    self._take_cached(node, cached, following)
+                else:
+                    self._read_dir(node, cached, following)
+            level = following
         return order
 
-    def _read_dir(
-        self, node: _Dir, rules: DirRules, name_in_parent: bytes | None,
-        stack: list[tuple[_Dir, DirRules, bytes | None]],
-    ) -> None:
-        # The hot loop of every snapshot: one scandir, one lstat per leaf, and for an unchanged
-        # file nothing but a dict lookup and a field-by-field comparison (inlined on purpose).
-        cached = self.cache.dirs.get(node.key)
-        cached_rows = {row[NAME]: row for row in cached.rows} if cached is not None else {}
-        try:
-            entries = list(os.scandir(node.fs_path))
-        except OSError as exc:
-            node.all_hits = False
-            if node.key:
-                self._skip(node.key, f"unreadable: {exc.strerror}")
-            return
-        if name_in_parent is not None:
-            rules = rules.enter(name_in_parent, listing={entry.name for entry in entries})
+    def _take_cached(self, node: _Dir, cached: DirRecord, following: list[_Dir]) -> None:
+        """The listing is the cached one: same entries, same stats, same rules (the common case
+        of every directory in a no-change snapshot)."""
+        node.fast = True
+        self.dirs_unchanged += 1
         prefix = node.key + b"/" if node.key else b""
+        base = node.fs_path + b"/"
+        for name, _tree in cached.subdirs:
+            child = _Dir(prefix + name, base + name, parent=node, rules_clean=True)
+            node.children[name] = child
+            following.append(child)
+
+    def _rules_of(self, node: _Dir) -> DirRules:
+        rules = node.rules
+        if rules is None:
+            if node.parent is None:
+                rules = self.root_rules().root_context()
+            else:
+                name = node.key.rpartition(b"/")[2]
+                # The rules only ask whether an ignore file is there: a false "yes" costs one
+                # failing open.
+                names = None if node.listing is None else MaybeNames(node.listing)
+                rules = self._rules_of(node.parent).enter(name, listing=names)
+            node.rules = rules
+        return rules
+
+    def _read_dir(self, node: _Dir, cached: DirRecord | None, following: list[_Dir]) -> None:
+        # The hot loop of a snapshot of changed directories: for an unchanged file nothing but
+        # a dict lookup and a field-by-field comparison (inlined on purpose).
+        assert node.listing is not None
+        cached_rows = {row[NAME]: row for row in cached.rows} if cached is not None else {}
+        entries = list(iter_listing(node.listing))
+        settled = self._settled_before
+        ignores: list[object] = [
+            list(entry) if max(entry.st_mtime_ns, entry.st_ctime_ns) < settled else NOT_SETTLED
+            for entry in entries if entry.name in _IGNORE_FILES
+        ]
+        node.ignores = ignores
+        # The rules in force here are the cached scan's if no ignore file changed here or above.
+        same_rules = (node.rules_clean and cached is not None and ignores == cached.ignores
+                      and NOT_SETTLED not in ignores)
+        # Then a name the cache kept (or left out) is decided as it was, without the rules.
+        known_out = set(cached.ignored) if same_rules and cached is not None else None
+        prefix = node.key + b"/" if node.key else b""
+        base = node.fs_path + b"/"
         rows = node.rows
         limit = self.options.max_file_size
         verify = self.cache.needs_verification
         hits = 0
         for entry in entries:
-            name: bytes = entry.name
-            try:
-                is_dir = entry.is_dir(follow_symlinks=False)
-                if rules.is_ignored(name, is_dir=is_dir):
-                    continue
-                if is_dir:
-                    child = _Dir(prefix + name, entry.path)
-                    node.children[name] = child
-                    rows.append([name, _TREE, 0, 0, 0, 0, 0, b"", False])
-                    old = cached_rows.get(name)
-                    if old is not None and old[KIND] == _TREE:
-                        hits += 1
-                    stack.append((child, rules, name))
-                    continue
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # vanished during the walk: it is not part of this state
-            except OSError as exc:
+            name = entry.name
+            mode = entry.st_mode
+            if not mode:  # its lstat failed; the size holds the errno
                 node.all_hits = False
-                self._skip(prefix + name, f"unreadable: {exc.strerror}")
+                self._skip(prefix + name, f"unreadable: {os.strerror(entry.st_size)}", node)
                 continue
+            is_dir = statmod.S_ISDIR(mode)
             row = cached_rows.get(name)
+            if known_out is not None and row is not None and (row[KIND] == _TREE) == is_dir:
+                pass  # kept last time under the same rules
+            elif known_out is not None and (name + b"/" if is_dir else name) in known_out:
+                node.ignored.append(name + b"/" if is_dir else name)
+                continue
+            elif self._rules_of(node).is_ignored(name, is_dir=is_dir):
+                node.ignored.append(name + b"/" if is_dir else name)
+                continue
+            if is_dir:
+                child = _Dir(prefix + name, base + name, parent=node)
+                node.children[name] = child
+                rows.append([name, _TREE, 0, 0, 0, 0, 0, b"", False])
+                if row is not None and row[KIND] == _TREE:
+                    hits += 1
+                following.append(child)
+                continue
             if (
                 row is not None
-                and row[MTIME] == st.st_mtime_ns
-                and row[SIZE] == st.st_size
-                and row[CTIME] == st.st_ctime_ns
-                and row[INO] == st.st_ino
-                and row[MODE] == st.st_mode  # the mode also fixes the kind and exec bit
+                and row[MTIME] == entry.st_mtime_ns
+                and row[SIZE] == entry.st_size
+                and row[CTIME] == entry.st_ctime_ns
+                and row[INO] == entry.st_ino
+                and row[MODE] == mode  # the mode also fixes the kind and exec bit
                 and not row[RACY]
-                and (not limit or st.st_size <= limit)
+                and (not limit or entry.st_size <= limit)
                 and (not verify or self._trusted_row(row))
             ):
                 rows.append(row)
                 hits += 1
                 continue
-            self._add_leaf(node, name, prefix + name, entry.path, st)
+            self._add_leaf(node, name, prefix + name, base + name, entry)
+        if same_rules:
+            for child in node.children.values():
+                child.rules_clean = True
         # Same names as cached and every row a hit: the directory may keep its tree id.
         node.all_hits = (
             node.all_hits and cached is not None and hits == len(rows) == len(cached.rows)
         )
 
     def _add_leaf(
-        self, node: _Dir, name: bytes, key: bytes, fs_path: bytes, st: os.stat_result,
-        cached: Row | None = None,
+        self, node: _Dir, name: bytes, key: bytes, fs_path: bytes,
+        st: StatLike, cached: Row | None = None,
     ) -> None:
         mode = st.st_mode
         if statmod.S_ISREG(mode):
@@ -219,13 +302,13 @@ class _Scanner:
             limit = self.options.max_file_size
             if limit and st.st_size > limit:
                 node.all_hits = False
-                self._skip(key, "too-large")
+                self._skip(key, "too-large", node)
                 return
         elif statmod.S_ISLNK(mode):
             kind = _LINK
         else:
             node.all_hits = False
-            self._skip(key, "special")
+            self._skip(key, "special", node)
             return
         if cached is not None and same_stat(cached, kind, st) and self._trusted_row(cached):
             node.rows.append(cached)
@@ -235,13 +318,13 @@ class _Scanner:
             try:
                 target = os.readlink(fs_path)
             except OSError as exc:
-                self._skip(key, f"unreadable: {exc.strerror}")
+                self._skip(key, f"unreadable: {exc.strerror}", node)
                 return
             node.rows.append(make_row(name, kind, st, target, self.start_ns))
             return
         row = make_row(name, kind, st, b"", self.start_ns)
         node.rows.append(row)
-        self.jobs.append(_Job(key, row, fs_path))
+        self.jobs.append(_Job(key, row, fs_path, node))
 
     def _trusted_row(self, row: Row) -> bool:
         return row[KIND] == _LINK or self._trusted(row[REF])
@@ -275,10 +358,11 @@ class _Scanner:
                 continue
             except FileNotFoundError:
                 job.row[REF] = None  # vanished: not part of this state; dropped at build
+                job.node.clean = False
                 return False
             except OSError as exc:
                 job.row[REF] = None
-                self._skip(job.key, f"unreadable: {exc.strerror}")  # list.append: thread-safe
+                self._skip(job.key, f"unreadable: {exc.strerror}", job.node)  # thread-safe
                 return False
             st = result.stat
             # Remember the stat of the content actually stored, not the earlier lstat.
@@ -289,7 +373,7 @@ class _Scanner:
                 self._count_new(result.stored_bytes)
             return True
         job.row[REF] = None
-        self._skip(job.key, "changed")
+        self._skip(job.key, "changed", job.node)
         return False
 
     def _count_new(self, stored: int) -> None:
@@ -311,14 +395,30 @@ class _Scanner:
 
     def _build_dir(self, node: _Dir) -> None:
         cached = None if node.virtual else self.cache.dirs.get(node.key)
-        if node.all_hits and cached is not None and cached.tree and self._unchanged(node, cached):
+        if (node.fast or node.all_hits) and cached is not None and cached.tree \
+                and self._unchanged(node, cached):
             # The common case of a no-change snapshot: no entry objects, no encoding.
             node.tree, node.size, node.files = ObjectId(cached.tree), cached.size, cached.files
+            node.leaves = cached.leaves
+            if not node.fast:
+                listing = self._listing_to_keep(node)
+                if listing != cached.listing or node.ignored != cached.ignored \
+                        or node.ignores != cached.ignores:
+                    # Kept in memory; not worth a cache write of its own (the root's listing
+                    # changes whenever the store inside it does).
+                    cached = DirRecord(cached.tree, cached.size, cached.files, cached.rows,
+                                       listing=listing, ignores=node.ignores,
+                                       subdirs=cached.subdirs, ignored=node.ignored,
+                                       leaves=cached.leaves)
             self.new_cache.dirs[node.key] = cached
             return
+        if node.fast:
+            assert cached is not None  # a subdirectory changed: rebuild from the cached rows
+            node.rows = list(cached.rows)
+            node.ignores, node.ignored = cached.ignores, cached.ignored
         rows: list[Row] = []
         entries: list[TreeEntry] = []
-        size = files = 0
+        size = files = leaves = 0
         node.rows.sort(key=_row_name)
         for row in node.rows:
             name, kind = row[NAME], row[KIND]
@@ -327,6 +427,7 @@ class _Scanner:
                 assert child.tree is not None
                 size += child.size
                 files += child.files
+                leaves = -1 if leaves < 0 or child.leaves < 0 else leaves + child.leaves
                 row = [name, _TREE, child.size, 0, 0, 0, 0, child.tree, False]
                 entries.append(TreeEntry(name, EntryKind.TREE, child.tree, None, child.size))
             elif kind == _TOMB:
@@ -334,8 +435,10 @@ class _Scanner:
             elif row[REF] is None:  # could not be read: skipped (and reported) by the job
                 continue
             elif kind == _LINK:
+                leaves += leaves >= 0
                 entries.append(TreeEntry(name, EntryKind.SYMLINK, None, row[REF], 0))
             else:
+                leaves += leaves >= 0
                 files += 1
                 size += row[SIZE]
                 entries.append(TreeEntry(name, EntryKind(kind), row[REF], None, row[SIZE]))
@@ -345,9 +448,19 @@ class _Scanner:
         if stored:
             self.new_objects += 1
             self.new_bytes += stored
-        node.tree, node.size, node.files = tree_id, size, files
+        node.tree, node.size, node.files, node.leaves = tree_id, size, files, leaves
         if not node.virtual:
-            self.new_cache.dirs[node.key] = DirRecord(tree_id, size, files, rows)
+            subdirs = [[row[NAME], row[REF]] for row in rows if row[KIND] == _TREE]
+            self.new_cache.dirs[node.key] = DirRecord(
+                tree_id, size, files, rows, listing=self._listing_to_keep(node),
+                ignores=node.ignores, subdirs=subdirs, ignored=node.ignored, leaves=leaves)
+
+    def _listing_to_keep(self, node: _Dir) -> bytes:
+        """The listing the next scan may compare against: only one that fully describes this
+        directory's rows (nothing skipped, vanished or racy)."""
+        if node.listing is None or not node.clean or node.newest >= self._settled_before:
+            return b""
+        return node.listing
 
     def result(self, top: _Dir, hashed: int, absent_parents: tuple[RelPath, ...]) -> ScanResult:
         assert top.tree is not None
@@ -360,14 +473,17 @@ class _Scanner:
             hashed=hashed,
             skipped=tuple(sorted(self.skipped, key=lambda s: s.path)),
             absent_parents=absent_parents,
+            dirs_unchanged=self.dirs_unchanged,
         )
 
     def _unchanged(self, node: _Dir, cached: DirRecord) -> bool:
         """Every row matched the cache; do the subdirectories still have their cached ids?"""
         if node.children:
-            cached_refs = {r[NAME]: r[REF] for r in cached.rows if r[KIND] == _TREE}
-            for name, child in node.children.items():
-                if cached_refs.get(name) != child.tree:
+            if len(cached.subdirs) != len(node.children):
+                return False
+            for name, tree in cached.subdirs:
+                child = node.children.get(name)
+                if child is None or child.tree != tree:
                     return False
         return self._trusted(cached.tree)
 
@@ -375,23 +491,36 @@ class _Scanner:
 def scan_workspace(
     root: bytes,
     store: ObjectStore,
-    rules: IgnoreRules,
+    rules: IgnoreRules | RulesFactory,
     cache: StatCache,
     *,
     options: ScanOptions,
     scan_start_ns: int,
     progress: ProgressFn | None = None,
 ) -> tuple[ScanResult, StatCache]:
-    """Snapshot the whole tree under `root` (minus ignored paths) into `store`."""
+    """Snapshot the whole tree under `root` (minus ignored paths) into `store`. `rules` may be
+    a function that loads them: a scan whose directories all match the cache never calls it."""
     scanner = _Scanner(root, store, cache, options, scan_start_ns, progress)
-    top = _Dir(b"", root)
-    order = scanner.walk(top, rules.root_context())
+    scanner.root_rules = _as_factory(rules)
+    top = _Dir(b"", root, rules_clean=scanner.shortcuts)
+    order = scanner.walk(top)
     hashed = scanner.hash_all()
     scanner.build(order)
     scanner.new_cache.dirty = bool(
-        scanner.rebuilt_dirs or cache.needs_verification or len(cache.dirs) != len(order)
+        scanner.rebuilt_dirs or cache.needs_verification
+        or len(cache.dirs) != len(order) or cache.settings != options.settings
     )
     return scanner.result(top, hashed, ()), scanner.new_cache
+
+
+def _as_factory(rules: IgnoreRules | RulesFactory) -> RulesFactory:
+    if callable(rules):
+        return rules
+    return lambda: rules
+
+
+def _no_rules() -> IgnoreRules:
+    raise AssertionError("the scan was given no ignore rules")
 
 
 def _outermost(paths: Sequence[RelPath]) -> list[RelPath]:
@@ -407,7 +536,7 @@ def scan_paths(
     root: bytes,
     paths: Sequence[RelPath],
     store: ObjectStore,
-    rules: IgnoreRules,
+    rules: IgnoreRules | RulesFactory,
     cache: StatCache,
     *,
     options: ScanOptions,
@@ -421,6 +550,8 @@ def scan_paths(
     Symlinked ancestors are never followed: a path behind one counts as missing.
     """
     scanner = _Scanner(root, store, cache, options, scan_start_ns, progress)
+    scanner.root_rules = _as_factory(rules)
+    rules = scanner.root_rules()
     scanner.new_cache.dirs.update(cache.dirs)  # other paths' records stay valid
     top = _Dir(b"", root, virtual=True, all_hits=False)
     virtual_nodes = [top]
@@ -455,10 +586,10 @@ def scan_paths(
         if st is None:
             node.rows.append([name, _TOMB, 0, 0, 0, 0, 0, b"", False])
         elif statmod.S_ISDIR(st.st_mode):
-            child = _Dir(path, fs_path)
+            child = _Dir(path, fs_path, rules=dir_rules.enter(name))
             node.children[name] = child
             node.rows.append([name, _TREE, 0, 0, 0, 0, 0, b"", False])
-            walked.extend(scanner.walk(child, dir_rules.enter(name)))
+            walked.extend(scanner.walk(child))
         else:
             cached_dir = cache.dirs.get(node.key)
             cached_row = None

@@ -12,8 +12,8 @@ import builtins
 import glob
 import os
 import random
-import shutil
 import secrets
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -38,7 +38,6 @@ from checkpoints.lock import RootLock
 from checkpoints.model import CheckpointRecord, CheckpointStats, Event, new_checkpoint_id
 from checkpoints.paths import RelPath, parse_relpath, user_path_to_rel
 from checkpoints.plan import RestorePlan, plan_restore
-from checkpoints.restore import ApplyReport, apply_plan, describe_conflicts, stage_files
 from checkpoints.reports import (
     CheckReport,
     FileEntry,
@@ -46,13 +45,15 @@ from checkpoints.reports import (
     RestoreReport,
     StoreStats,
 )
+from checkpoints.restore import ApplyReport, apply_plan, describe_conflicts, stage_files
 from checkpoints.retention import select_over_cap, select_prunable
 from checkpoints.scan import ProgressFn, ScanOptions, ScanResult, scan_paths, scan_workspace
 from checkpoints.statcache import (
-    KIND,
     NAME,
     DirRecord,
+    StatCache,
     check_stat_cache,
+    leaf_counts,
     make_row,
     read_stat_cache,
     write_stat_cache,
@@ -109,6 +110,7 @@ class Checkpoints:
         key = hash_bytes(self._root_b).hex()[:16]
         self._root_dir = os.path.join(store_dir, "roots", key)
         os.makedirs(self._root_dir, exist_ok=True)
+        self._scanned_cache: StatCache | None = None  # set by a scan, for the rest of its lock
 
     # -- opening -------------------------------------------------------------------------
 
@@ -175,7 +177,10 @@ class Checkpoints:
             with RootLock(os.path.join(self._root_dir, "lock"), timeout=self.config.lock_timeout,
                           purpose=purpose):
                 self._complete_interrupted_restore()
-                yield
+                try:
+                    yield
+                finally:
+                    self._scanned_cache = None
 
     def _store_rel(self) -> list[RelPath]:
         rel = os.path.relpath(self.store_dir, self.root)
@@ -238,19 +243,24 @@ class Checkpoints:
     def _scan(self, covered: Sequence[RelPath] | None, progress: ProgressFn | None) -> ScanResult:
         cache = read_stat_cache(self._cache_path, gc_generation=self._gc_generation())
         options = ScanOptions(max_file_size=self.config.max_file_size,
-                              threads=self.config.effective_threads())
+                              threads=self.config.effective_threads(),
+                              ignore_settings=repr((self.config.use_gitignore,
+                                                    tuple(self.config.extra_ignore),
+                                                    tuple(self._store_rel()))))
         start_ns = time.time_ns()
         with _naming(os.path.join(self.store_dir, "objects")):
             if covered is None:
-                result, new_cache = scan_workspace(self._root_b, self.objects, self._rules(), cache,
+                result, new_cache = scan_workspace(self._root_b, self.objects, self._rules, cache,
                                                    options=options, scan_start_ns=start_ns, progress=progress)
             else:
-                result, new_cache = scan_paths(self._root_b, covered, self.objects, self._rules(), cache,
+                result, new_cache = scan_paths(self._root_b, covered, self.objects, self._rules, cache,
                                                options=options, scan_start_ns=start_ns, progress=progress)
             self.objects.sync()
         if new_cache.dirty:
             with _naming(self._cache_path):
                 write_stat_cache(self._cache_path, new_cache)
+        # What the restore that may follow under the same lock plans and updates from.
+        self._scanned_cache = new_cache
         return result
 
     def create(self, *, label: str | None = None, reason: str | None = None,
@@ -416,28 +426,16 @@ class Checkpoints:
                             keep=intent.keep, only=intent.only, reserved=self._store_rel(),
                             count_leaves=self._leaf_counts().get)
 
+    def _current_cache(self) -> StatCache:
+        """The stat cache as this lock holder's scan left it, else as saved."""
+        if self._scanned_cache is not None:
+            return self._scanned_cache
+        return read_stat_cache(self._cache_path, gc_generation=self._gc_generation())
+
     def _leaf_counts(self) -> dict[bytes, int]:
         """Tree id -> leaves below, for every directory of the last scan: so a plan counts an
         equal subtree as unchanged without loading it (the dominant cost of a no-op restore)."""
-        cache = read_stat_cache(self._cache_path, gc_generation=self._gc_generation())
-        by_key: dict[bytes, int] = {}
-        by_tree: dict[bytes, int] = {}
-        for key in sorted(cache.dirs, key=lambda k: k.count(b"/") + bool(k), reverse=True):
-            record = cache.dirs[key]
-            total = 0
-            for row in record.rows:
-                if row[KIND] == EntryKind.TREE:
-                    below = by_key.get(key + b"/" + row[NAME] if key else row[NAME])
-                    if below is None:
-                        break  # unknown subdirectory: the planner counts this one itself
-                    total += below
-                elif row[KIND] != EntryKind.TOMBSTONE:
-                    total += 1
-            else:
-                by_key[key] = total
-                if record.tree:
-                    by_tree[bytes(record.tree)] = total
-        return by_tree
+        return leaf_counts(self._current_cache())
 
     def _staging_dir(self) -> bytes:
         # Staged files are renamed into place, so they must be on the root's filesystem.
@@ -449,19 +447,10 @@ class Checkpoints:
     def _execute(self, intent: RestoreIntent, target: CheckpointRecord, plan: RestorePlan,
                  started: float, progress: ProgressFn | None, *,
                  resuming: bool = False) -> RestoreReport:
-        with _naming(self._journal_path):
-            write_intent(self._journal_path, intent)
-        try:
-            with _naming(intent.staging):
-                staged = stage_files(plan, self.objects, intent.staging)
-        except BaseException as exc:
-            self._abandon_staging_failure(exc, resuming=resuming)
-            raise
-        try:
-            applied = apply_plan(self._root_b, plan, staged, progress=progress)
-        finally:
-            shutil.rmtree(intent.staging, ignore_errors=True)
-        self._update_cache(applied)
+        if plan.is_empty and not resuming:
+            applied = ApplyReport()  # nothing to write, so nothing to journal or stage
+        else:
+            applied = self._apply_journaled(intent, plan, progress, resuming=resuming)
         discarded: tuple[str, ...] = ()
         if intent.discard_later:
             later = [r.id for r in self.catalog.later_than(target) if r.id != intent.pre_restore]
@@ -486,6 +475,23 @@ class Checkpoints:
             raise error
         return report
 
+    def _apply_journaled(self, intent: RestoreIntent, plan: RestorePlan,
+                         progress: ProgressFn | None, *, resuming: bool) -> ApplyReport:
+        with _naming(self._journal_path):
+            write_intent(self._journal_path, intent)
+        try:
+            with _naming(intent.staging):
+                staged = stage_files(plan, self.objects, intent.staging)
+        except BaseException as exc:
+            self._abandon_staging_failure(exc, resuming=resuming)
+            raise
+        try:
+            applied = apply_plan(self._root_b, plan, staged, progress=progress)
+        finally:
+            shutil.rmtree(intent.staging, ignore_errors=True)
+        self._update_cache(applied)
+        return applied
+
     def _report(self, target: CheckpointRecord, plan: RestorePlan, applied: ApplyReport,
                 pre: str | None, discarded: tuple[str, ...], dry_run: bool, started: float) -> RestoreReport:
         if dry_run:
@@ -504,7 +510,7 @@ class Checkpoints:
         """Teach the stat cache what was written, so the next snapshot does not read it."""
         if not applied.written_files and not applied.removed_paths:
             return
-        cache = read_stat_cache(self._cache_path, gc_generation=self._gc_generation())
+        cache = self._current_cache()
         now_ns = time.time_ns()
         touched: set[bytes] = set()
         for written in applied.written_files:

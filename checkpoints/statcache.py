@@ -2,7 +2,10 @@
 
 Per directory it keeps the rows of the last scan (name, kind, size, mtime_ns, ctime_ns, inode,
 mode, ref) and the directory's tree id, so an unchanged file is never read again and an
-unchanged directory is not even re-encoded. Racy rule (as git's): a row whose mtime is not
+unchanged directory is not even re-encoded; and the directory's whole listing as the scan saw it
+(see dirlisting.py), with the stat of its ignore files and the names its rules left out, so a
+directory whose listing is unchanged is recognised by one comparison, its rows not even decoded
+(they stay packed until something asks for them). Racy rule (as git's): a row whose mtime is not
 safely older than the scan that hashed it is marked racy and re-hashed next time, so a
 same-size rewrite within one timestamp tick is still caught.
 
@@ -18,13 +21,13 @@ import contextlib
 import os
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from objstore.codec import pack_data, unpack_data
 from objstore.errors import CorruptObject
 from objstore.ids import OID_SIZE, hash_bytes
 
-CACHE_VERSION = 2  # 2: checksum trailer
+CACHE_VERSION = 3  # 2: checksum trailer; 3: listings, packed rows, settings
 # Timestamps come from a coarse kernel clock (a jiffy, up to 10 ms at HZ=100): a file whose
 # mtime is this close to the scan start could still change without its mtime moving.
 RACY_WINDOW_NS = 20_000_000
@@ -34,18 +37,60 @@ NAME, KIND, SIZE, MTIME, CTIME, INO, MODE, REF, RACY = range(9)
 Row = list[Any]  # [name: bytes, kind: int, size, mtime_ns, ctime_ns, ino, mode, ref: bytes, racy: bool]
 
 
-@dataclass(slots=True)
 class DirRecord:
-    tree: bytes  # the directory's tree oid
-    size: int  # file bytes below it
-    files: int  # files below it
-    rows: list[Row]  # sorted by name
+    """One directory as the last scan left it. `listing` is b"" unless it may be trusted for a
+    shortcut (nothing skipped, nothing racy); `ignores` the listing entries of its ignore files
+    (NOT_SETTLED when one was racy); `subdirs` [name, tree id] of the subdirectories captured;
+    `ignored` the names its rules left out (a "/" appended for directories)."""
+
+    __slots__ = ("_packed", "_rows", "files", "ignored", "ignores", "leaves", "listing", "size",
+                 "subdirs", "tree")
+
+    def __init__(self, tree: bytes, size: int, files: int, rows: list[Row] | None, *,
+                 packed: bytes | None = None, listing: bytes = b"", ignores: list[Any] | None = None,
+                 subdirs: list[list[bytes]] | None = None, ignored: list[bytes] | None = None,
+                 leaves: int = -1) -> None:
+        self.tree = tree  # the directory's tree oid; b"" once its rows no longer describe one
+        self.size = size  # file bytes below it
+        self.files = files  # files below it
+        self.leaves = leaves  # files and symlinks below it (-1: not known)
+        self._rows = rows  # sorted by name; None until `_packed` is decoded
+        self._packed = packed
+        self.listing = listing
+        self.ignores = ignores if ignores is not None else NOT_SETTLED
+        self.subdirs = subdirs if subdirs is not None else []
+        self.ignored = ignored if ignored is not None else []
+
+    @property
+    def rows(self) -> list[Row]:
+        if self._rows is None:
+            rows = unpack_data(self._packed or b"", what="stat cache")
+            if not isinstance(rows, list):
+                raise CorruptObject(None, "stat cache: bad rows")  # checksummed: not expected
+            self._rows = rows
+        return self._rows
+
+    @rows.setter
+    def rows(self, rows: list[Row]) -> None:
+        """New rows: the listing shortcut and the tree id no longer hold."""
+        self._rows, self._packed = rows, None
+        self.tree, self.listing = b"", b""
+
+    def packed_rows(self) -> bytes:
+        if self._packed is None:
+            self._packed = pack_data(self._rows or [])
+        return self._packed
+
+
+NOT_SETTLED: list[Any] = [b"not settled"]  # ignore files changed too recently to be trusted
 
 
 @dataclass(slots=True)
 class StatCache:
     dirs: dict[bytes, DirRecord] = field(default_factory=dict)  # b"" is the root directory
     gc_generation: int = 0
+    # What else decided the rows (ignore settings, size limit): listings count only if equal.
+    settings: str = ""
     # Set when the store was garbage-collected since this cache was written: every reused id
     # must then be checked for presence before it is trusted.
     needs_verification: bool = False
@@ -53,7 +98,22 @@ class StatCache:
     dirty: bool = True
 
 
-def same_stat(row: Row, kind: int, st: os.stat_result) -> bool:
+class StatLike(Protocol):
+    """The lstat fields a row keeps: os.stat_result, or a listing entry (dirlisting.py)."""
+
+    @property
+    def st_mode(self) -> int: ...
+    @property
+    def st_size(self) -> int: ...
+    @property
+    def st_mtime_ns(self) -> int: ...
+    @property
+    def st_ctime_ns(self) -> int: ...
+    @property
+    def st_ino(self) -> int: ...
+
+
+def same_stat(row: Row, kind: int, st: StatLike) -> bool:
     return (
         not row[RACY]
         and row[KIND] == kind
@@ -65,7 +125,7 @@ def same_stat(row: Row, kind: int, st: os.stat_result) -> bool:
     )
 
 
-def make_row(name: bytes, kind: int, st: os.stat_result, ref: bytes, scan_start_ns: int) -> Row:
+def make_row(name: bytes, kind: int, st: StatLike, ref: bytes, scan_start_ns: int) -> Row:
     racy = st.st_mtime_ns >= scan_start_ns - RACY_WINDOW_NS
     return [name, kind, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, ref, racy]
 
@@ -74,8 +134,8 @@ class _OtherVersion(Exception):
     """A cache written by another version of ckpt: not damage, just not usable."""
 
 
-def _decode(data: bytes) -> tuple[int, dict[bytes, DirRecord]]:
-    """(gc generation, records) of a cache file; ValueError (or CorruptObject) if damaged."""
+def _decode(data: bytes) -> tuple[int, str, dict[bytes, DirRecord]]:
+    """(gc generation, settings, records) of a cache file; ValueError (or CorruptObject) if damaged."""
     body, digest = data[:-OID_SIZE], data[-OID_SIZE:]
     if len(data) <= OID_SIZE or hash_bytes(body) != digest:
         try:
@@ -86,17 +146,24 @@ def _decode(data: bytes) -> tuple[int, dict[bytes, DirRecord]]:
             raise _OtherVersion
         raise ValueError("checksum mismatch (damaged or truncated)")
     payload = unpack_data(body, what="stat cache")
-    if not isinstance(payload, list) or len(payload) != 3:
+    if not isinstance(payload, list) or len(payload) != 4:
+        if isinstance(payload, list) and payload and payload[0] != CACHE_VERSION:
+            raise _OtherVersion
         raise TypeError("not a stat cache")
     if payload[0] != CACHE_VERSION:
         raise _OtherVersion
-    _, cached_generation, raw_dirs = payload
+    _, cached_generation, settings, raw_dirs = payload
+    if not isinstance(settings, str):
+        raise TypeError("bad settings")
     dirs = {}
-    for key, (tree, size, files, rows) in raw_dirs.items():
-        if not isinstance(key, bytes) or not isinstance(tree, bytes) or not isinstance(rows, list):
+    for key, (tree, size, files, leaves, packed, listing, ignores, subdirs,
+              ignored) in raw_dirs.items():
+        if not (isinstance(key, bytes) and isinstance(tree, bytes) and isinstance(packed, bytes)
+                and isinstance(listing, bytes) and isinstance(subdirs, list)):
             raise TypeError("bad directory record")
-        dirs[key] = DirRecord(tree, size, files, rows)
-    return cached_generation, dirs
+        dirs[key] = DirRecord(tree, size, files, None, packed=packed, listing=listing,
+                              ignores=ignores, subdirs=subdirs, ignored=ignored, leaves=leaves)
+    return cached_generation, settings, dirs
 
 
 def _read(path: str) -> bytes | None:
@@ -112,11 +179,18 @@ def read_stat_cache(path: str, *, gc_generation: int) -> StatCache:
     if data is None:
         return StatCache(gc_generation=gc_generation)
     try:
-        cached_generation, dirs = _decode(data)
+        cached_generation, settings, dirs = _decode(data)
     except (_OtherVersion, CorruptObject, ValueError, TypeError, KeyError, IndexError):
         # A damaged cache costs only speed: everything is hashed again.
         return StatCache(gc_generation=gc_generation)
-    return StatCache(dirs, gc_generation, needs_verification=cached_generation != gc_generation)
+    return StatCache(dirs, gc_generation, settings,
+                     needs_verification=cached_generation != gc_generation)
+
+
+def leaf_counts(cache: StatCache) -> dict[bytes, int]:
+    """Tree id -> files and symlinks below it, for every directory the cache knows an id of."""
+    return {record.tree: record.leaves for record in cache.dirs.values()
+            if record.tree and record.leaves >= 0}
 
 
 def check_stat_cache(path: str) -> str | None:
@@ -135,10 +209,11 @@ def check_stat_cache(path: str) -> str | None:
 
 def write_stat_cache(path: str, cache: StatCache) -> None:
     raw_dirs = {
-        key: (record.tree, record.size, record.files, record.rows)
+        key: (record.tree, record.size, record.files, record.leaves, record.packed_rows(),
+              record.listing, record.ignores, record.subdirs, record.ignored)
         for key, record in cache.dirs.items()
     }
-    data = pack_data((CACHE_VERSION, cache.gc_generation, raw_dirs))
+    data = pack_data((CACHE_VERSION, cache.gc_generation, cache.settings, raw_dirs))
     data += hash_bytes(data)
     temp = f"{path}.tmp-{secrets.token_hex(4)}"
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
@@ -20,7 +21,17 @@ from checkpoints.config import set_config_value
 from checkpoints.ignore import IgnoreRules
 from checkpoints.scan import ScanOptions, scan_workspace
 from checkpoints.service import Checkpoints
-from checkpoints.statcache import CTIME, INO, MODE, MTIME, NAME, RACY, SIZE, StatCache
+from checkpoints.statcache import (
+    CTIME,
+    INO,
+    MODE,
+    MTIME,
+    NAME,
+    RACY,
+    RACY_WINDOW_NS,
+    SIZE,
+    StatCache,
+)
 from objstore import ObjectStore
 from objstore.walk import walk_reachable
 
@@ -267,6 +278,9 @@ def test_hundred_deep_edits_in_a_10k_file_tree_share_all_unchanged_trees(fast_tm
             # One new blob, and a new tree for each directory on its path: nothing else.
             assert record.stats.new_objects == 1 + DEPTH, step
             assert record.stats.hashed <= 2  # this edit, and maybe the previous (racy) one
+            # A scan of this tree takes less than the racy window: without a pause, an edit
+            # would stay racy (and be re-read) for several checkpoints, not just the next one.
+            time.sleep(RACY_WINDOW_NS / 1e9)
         records = service.history()
         reachable = walk_reachable(service.objects, [r.tree for r in records])
         assert len(records) == 101

@@ -1,0 +1,310 @@
+"""Directory listings and the scan's whole-directory shortcut.
+
+`dirlisting.scan_dirs` (native, threaded) must give byte for byte what its pure-Python twin
+gives, on real trees with every kind of entry and error. The scan takes a directory's rows from
+the stat cache when its listing is unchanged and no ignore file changed in it or above it; a
+scan that takes shortcuts must always give the tree a scan with no cache gives (the property
+test drives random edits, ignore-file edits included, through both). Between an edit and the
+scan that must see it the tests sleep past the racy window, so listings are settled and the
+shortcut is really taken (each test checks that it was).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from checkpoints import dirlisting
+from checkpoints.config import set_config_value
+from checkpoints.ignore import IgnoreRules
+from checkpoints.scan import ScanOptions, scan_workspace
+from checkpoints.service import Checkpoints
+from checkpoints.statcache import RACY_WINDOW_NS, StatCache
+from objstore import ObjectStore
+
+SETTLE = 2 * RACY_WINDOW_NS / 1e9  # seconds: edits before this are outside the racy window
+
+native_only = pytest.mark.skipif(not dirlisting.NATIVE, reason="the native scanner is not built")
+
+
+def _settle() -> None:
+    time.sleep(SETTLE)
+
+
+def _decoded(outcome: Any) -> Any:
+    if isinstance(outcome, int):
+        return outcome
+    listing, newest = outcome
+    return [tuple(entry) for entry in dirlisting.iter_listing(listing)], newest
+
+
+# -- listings ----------------------------------------------------------------------------------
+
+
+def _every_kind(root: Path) -> list[bytes]:
+    (root / "d" / "sub").mkdir(parents=True)
+    (root / "d" / "file.txt").write_bytes(b"hello")
+    (root / "d" / "exec.sh").write_bytes(b"#!/bin/sh\n")
+    os.chmod(root / "d" / "exec.sh", 0o755)
+    os.symlink("file.txt", root / "d" / "link")
+    os.symlink("/nonexistent", root / "d" / "dangling")
+    os.mkfifo(root / "d" / "fifo")
+    with open(os.fsencode(root / "d") + b"/caf\xe9-not-utf8", "wb") as out:
+        out.write(b"bytes name")
+    (root / "empty").mkdir()
+    os.symlink("d", root / "dirlink")
+    return [os.fsencode(root / name) for name in ("d", "d/sub", "empty", "dirlink", "missing",
+                                                  "d/file.txt")]
+
+
+def test_listing_holds_every_entry_sorted_with_its_lstat(tmp_path: Path) -> None:
+    paths = _every_kind(tmp_path)
+    outcome = dirlisting.scan_dirs(paths[:1], 2)[0]
+    assert not isinstance(outcome, int)
+    listing, newest = outcome
+    entries = list(dirlisting.iter_listing(listing))
+    names = [e.name for e in entries]
+    assert names == sorted(names) == sorted(os.listdir(paths[0]))
+    for entry in entries:
+        st = os.lstat(paths[0] + b"/" + entry.name)
+        assert (entry.st_mode, entry.st_size, entry.st_mtime_ns, entry.st_ctime_ns,
+                entry.st_ino) == (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                  st.st_ino)
+    assert newest == max(max(e.st_mtime_ns, e.st_ctime_ns) for e in entries)
+
+
+def test_errors_are_errnos_and_symlinked_directories_are_not_followed(tmp_path: Path) -> None:
+    paths = _every_kind(tmp_path)
+    outcomes = dirlisting.scan_dirs(paths, 3)
+    assert outcomes[2] == (b"", -(1 << 63))  # an empty directory
+    assert outcomes[3] in (errno.ENOTDIR, errno.ELOOP)  # "dirlink" is a symlink: O_NOFOLLOW
+    assert outcomes[4] == errno.ENOENT
+    assert outcomes[5] == errno.ENOTDIR
+
+
+@native_only
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_native_and_python_listings_are_identical(tmp_path: Path, threads: int) -> None:
+    paths = _every_kind(tmp_path)
+    rng = random.Random(7)
+    for index in range(300):  # enough directories that every thread gets work
+        path = tmp_path / f"many/d{index % 40}/f{index}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(rng.randbytes(rng.randrange(64)))
+    paths += [os.fsencode(tmp_path / "many")] + [
+        os.fsencode(tmp_path / f"many/d{i}") for i in range(40)]
+    native = dirlisting.scan_dirs(paths, threads)
+    python = dirlisting.scan_dirs_python(paths)
+    assert [_decoded(o) for o in native] == [_decoded(o) for o in python]
+    assert native == python
+
+
+def test_an_entry_that_cannot_be_stated_is_kept_with_its_errno(tmp_path: Path) -> None:
+    # A name too long for lstat through the directory is impossible to make; an entry whose
+    # lstat fails is produced by a directory that is listable but not searchable (no x bit),
+    # which root ignores: only meaningful as another user.
+    if os.geteuid() == 0:
+        pytest.skip("root may search any directory")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "f").write_bytes(b"x")
+    os.chmod(locked, 0o444)
+    try:
+        outcome = dirlisting.scan_dirs([os.fsencode(locked)], 1)[0]
+        assert not isinstance(outcome, int)
+        [entry] = dirlisting.iter_listing(outcome[0])
+        assert (entry.name, entry.st_mode, entry.st_size) == (b"f", 0, errno.EACCES)
+    finally:
+        os.chmod(locked, 0o755)
+
+
+# -- the shortcut ------------------------------------------------------------------------------
+
+
+def _scan(root: bytes, store: ObjectStore, cache: StatCache, **options: Any) -> Any:
+    return scan_workspace(root, store, IgnoreRules.load(root), cache,
+                          options=ScanOptions(threads=2, **options), scan_start_ns=time.time_ns())
+
+
+def test_unchanged_directories_are_taken_whole_from_the_cache(cp: Checkpoints, work: Any,
+                                                              count_calls: Any) -> None:
+    for d in range(5):
+        for f in range(10):
+            work.write(f"d{d}/e/f{f}.txt", b"%d %d" % (d, f))
+    _settle()
+    first = cp.create()
+    assert first.stats.hashed == 50
+    _settle()
+    rules_loaded = count_calls(IgnoreRules, "load")
+    second = cp.create()
+    assert second.tree == first.tree and second.stats.hashed == 0
+    # Every directory but the root (the store inside it changes its listing) was a shortcut,
+    # and nothing needed the ignore rules.
+    assert rules_loaded.count == 0
+    work.write("d3/e/f4.txt", b"edited")
+    work.write("d3/e/new.txt", b"new")
+    _settle()
+    third = cp.create()
+    assert third.stats.hashed == 2
+    assert {(c.path, c.change) for c in cp.diff(second.id, third.id)} == {
+        (b"d3/e/f4.txt", "M"), (b"d3/e/new.txt", "A")}
+
+
+def test_an_ignore_file_above_an_unchanged_directory_is_honoured(tmp_path: Path,
+                                                                 worktree_at: Any) -> None:
+    work = worktree_at(tmp_path / "ws")
+    root = work.root
+    work.write("a/b/c/keep.txt", b"keep")
+    work.write("a/b/c/app.log", b"log")
+    with closing(ObjectStore.init(str(tmp_path / "store"))) as store:
+        _settle()
+        first, cache = _scan(root, store, StatCache())
+        _settle()
+        again, cache = _scan(root, store, cache)
+        assert again.tree == first.tree and again.dirs_unchanged >= 3
+        work.write("a/.gitignore", b"*.log\n")  # a/ changes; a/b and a/b/c do not
+        _settle()
+        third, cache = _scan(root, store, cache)
+        assert store.get_tree(third.tree) != store.get_tree(first.tree)
+        assert third.tree == _scan(root, store, StatCache())[0].tree
+        work.write("a/.gitignore", b"*.log\n!app.log\n")  # the log is back in
+        _settle()
+        fourth, cache = _scan(root, store, cache)
+        assert fourth.tree == _scan(root, store, StatCache())[0].tree
+        c = store.get_tree(store.get_tree(store.get_tree(fourth.tree).find(b"a").oid).find(b"b").oid)
+        assert [e.name for e in store.get_tree(c.find(b"c").oid).entries] == [b"app.log", b"keep.txt"]
+
+
+def test_a_change_of_settings_disables_the_shortcut(tmp_path: Path, worktree_at: Any) -> None:
+    work = worktree_at(tmp_path / "ws")
+    work.write("a/b/big.bin", b"x" * 1000)
+    work.write("a/b/small.txt", b"x")
+    with closing(ObjectStore.init(str(tmp_path / "store"))) as store:
+        _settle()
+        first, cache = _scan(work.root, store, StatCache())
+        _settle()
+        limited, _ = _scan(work.root, store, cache, max_file_size=100)
+        assert limited.dirs_unchanged == 0
+        assert [s.path for s in limited.skipped] == [b"a/b/big.bin"]
+        assert limited.tree != first.tree
+
+
+def test_the_extra_ignore_setting_disables_the_shortcut(cp: Checkpoints, work: Any) -> None:
+    work.write("src/deep/app.log", b"log")
+    work.write("src/deep/main.c", b"int main;")
+    _settle()
+    cp.create()
+    set_config_value(cp.store_dir, "extra_ignore", "*.log")
+    with closing(Checkpoints.open(cp.root, cp.store_dir)) as again:
+        _settle()
+        record = again.create()
+        assert again.read_file(record.id, "src/deep/main.c") == b"int main;"
+        with pytest.raises(Exception):  # noqa: B017 - any "not in the checkpoint" error
+            again.read_file(record.id, "src/deep/app.log")
+
+
+def test_after_gc_the_shortcut_is_not_trusted(cp: Checkpoints, work: Any) -> None:
+    work.write("a/b/f.txt", b"first")
+    _settle()
+    first = cp.create()
+    work.write("a/b/f.txt", b"second")
+    _settle()
+    cp.create()
+    cp.prune(keep_latest=1)  # collects: the gc generation moves on
+    work.write("a/b/f.txt", b"first")
+    os.utime(work.path("a/b/f.txt"), ns=(1, 1))
+    _settle()
+    record = cp.create()
+    assert cp.read_file(record.id, "a/b/f.txt") == b"first"
+    assert record.stats.hashed == 1 and first.id not in {r.id for r in cp.history()}
+
+
+# -- the property: a scan with shortcuts gives what a scan without a cache gives ---------------
+
+_NAMES = ["a", "b", "c.log", "d.txt", "e"]
+_DIRS = ["", "x", "x/y", "x/y/z", "w"]
+_IGNORES = [b"*.log\n", b"b\n", b"!c.log\n*.log\n", b"y/\n", b"", b"e\n!x\n"]
+
+_OPS = st.one_of(
+    st.tuples(st.just("write"), st.sampled_from(_DIRS), st.sampled_from(_NAMES),
+              st.binary(max_size=6)),
+    st.tuples(st.just("remove"), st.sampled_from(_DIRS), st.sampled_from(_NAMES), st.none()),
+    st.tuples(st.just("ignore"), st.sampled_from(_DIRS), st.sampled_from([".gitignore",
+                                                                          ".ckptignore"]),
+              st.sampled_from(_IGNORES)),
+    st.tuples(st.just("unignore"), st.sampled_from(_DIRS), st.sampled_from([".gitignore",
+                                                                            ".ckptignore"]),
+              st.none()),
+    st.tuples(st.just("chmod"), st.sampled_from(_DIRS), st.sampled_from(_NAMES), st.none()),
+    st.tuples(st.just("link"), st.sampled_from(_DIRS), st.sampled_from(_NAMES),
+              st.sampled_from([b"a", b"../x", b"nowhere"])),
+    st.tuples(st.just("rmdir"), st.sampled_from(_DIRS[1:]), st.none(), st.none()),
+)
+
+
+def _apply(work: Any, op: tuple[str, str, str | None, bytes | None]) -> None:
+    kind, directory, name, data = op
+    rel = f"{directory}/{name}" if directory else str(name)
+    path = work.path(rel) if name is not None else work.path(directory)
+    if kind in ("write", "ignore", "link"):
+        if os.path.lexists(path) and (os.path.islink(path) or not os.path.isdir(path)):
+            os.unlink(path)
+        elif os.path.isdir(path):
+            return  # a directory stands there: leave it
+        try:
+            if kind == "link":
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.symlink(data or b"x", path)
+            else:
+                work.write(rel, data or b"")
+        except (NotADirectoryError, FileExistsError):
+            return  # a file stands where a parent directory would be
+    elif kind in ("remove", "unignore"):
+        if os.path.lexists(path) and (os.path.islink(path) or not os.path.isdir(path)):
+            os.unlink(path)
+    elif kind == "chmod":
+        if os.path.isfile(path) and not os.path.islink(path):
+            os.chmod(path, os.stat(path).st_mode ^ 0o100)
+    elif kind == "rmdir" and os.path.isdir(path) and not os.path.islink(path):
+        work.remove(directory)
+
+
+@settings(max_examples=int(os.environ.get("CKPT_SHORTCUT_EXAMPLES", "12")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(steps=st.lists(st.lists(_OPS, min_size=1, max_size=4), min_size=2, max_size=6),
+       python_listings=st.booleans())
+def test_a_scan_with_shortcuts_equals_a_scan_without_a_cache(
+        tmp_path_factory: pytest.TempPathFactory, worktree_at: Any,
+        steps: list[list[tuple[str, str, str | None, bytes | None]]], python_listings: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    base = tmp_path_factory.mktemp("prop")
+    work = worktree_at(base / "ws")
+    for directory in _DIRS:
+        for name in _NAMES:
+            work.write(f"{directory}/{name}" if directory else name, name.encode())
+    if python_listings:
+        monkeypatch.setattr(dirlisting, "_native_scan_dirs", None)
+    with closing(ObjectStore.init(str(base / "store"))) as store:
+        _settle()
+        _, cache = _scan(work.root, store, StatCache())
+        _settle()
+        unchanged, cache = _scan(work.root, store, cache)
+        assert unchanged.dirs_unchanged == len(_DIRS)  # the store is outside: the root too
+        for ops in steps:
+            for op in ops:
+                _apply(work, op)
+            _settle()
+            warm, cache = _scan(work.root, store, cache)
+            cold, _ = _scan(work.root, store, StatCache())
+            assert warm.tree == cold.tree, ops
+            assert warm.skipped == cold.skipped
+    monkeypatch.undo()
