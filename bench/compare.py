@@ -1,14 +1,19 @@
-"""Peer comparison: ckpt's CLI against a git shadow repo on the same corpus, in the same run.
+"""Peer comparison: ckpt (CLI and Python API) against a git shadow repo, same corpus, same run.
 
-Run ``python -m bench.compare --corpus stdlib|linux|PATH [--rounds N] [--tools ckpt,git]
-[--json OUT]``. Each round gives each tool a fresh ``cp -a`` copy of the corpus and a store in a
-sibling directory, then measures five steps as whole processes: first snapshot, no-change
-snapshot, snapshot after a seeded agent turn, restore to the first snapshot, and a no-op restore.
-Tools alternate within a round so neither always runs on a warmer machine. Every restore is
-checked against a content manifest of the original tree: a fast but wrong restore aborts the run.
+Run ``python -m bench.compare --corpus stdlib|linux|PATH [--rounds N]
+[--tools ckpt,ckpt-api,git] [--json OUT]``. Each round gives each tool a fresh ``cp -a`` copy of
+the corpus and a store in a sibling directory, then measures five steps: first snapshot,
+no-change snapshot, snapshot after a seeded agent turn, restore to the first snapshot, and a
+no-op restore. ``ckpt`` and ``git`` run every step as whole processes; ``ckpt-api`` is ckpt's
+Python API in one long-lived worker (``bench/inprocess.py``) that opens the store once and times
+each call inside itself, as a harness would see it. Tools alternate within a round so none
+always runs on a warmer machine. Every restore is checked against a content manifest of the
+original tree: a fast but wrong restore aborts the run. Each ckpt variant gets paired per-round
+ratios against git.
 
-Owns: driving the two tools, timing, peak RSS, store size, the summary table and the JSON.
-Must not: import ckpt (it is measured as users run it, through its CLI), or modify the corpus.
+Owns: driving the tools, timing, peak RSS, store size, the summary table and the JSON.
+Must not: import ckpt (the CLI is measured as users run it; the API runs in the worker, which
+is the only bench process that imports it), or modify the corpus.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -59,11 +65,17 @@ class BenchFailure(RuntimeError):
 
 @dataclass(slots=True)
 class Measured:
-    """One step: wall seconds over all its processes, the largest peak RSS among them."""
+    """One step: wall seconds over all its processes, the largest peak RSS among them.
+
+    ``report`` is what the tool said about the step, kept raw in the JSON: ckpt's stats for a
+    snapshot and its restore report (from ``--json`` or the API's ``to_json()``); the API
+    worker's start-up and open costs on init; None for git.
+    """
 
     seconds: float
     max_rss_kib: int
     stdout: list[str] = field(default_factory=list)
+    report: Any = None
 
 
 # Runs one command and writes "<wall seconds> <ru_maxrss KiB>" to argv[1]. Why a wrapper: on
@@ -115,7 +127,29 @@ def run_measured(cmds: Sequence[Sequence[str]], *, cwd: Path, env: dict[str, str
     return Measured(total, peak, outs)
 
 
-class GitShadow:
+class Driver:
+    """One tool in one round: its steps, each returning what it measured."""
+
+    name: str
+
+    def __init__(self, work: Path, store: Path) -> None:
+        """Drive ``work`` (a scratch copy of the corpus) with its store in ``store``."""
+
+    def init(self) -> Measured:
+        raise NotImplementedError
+
+    def snapshot(self, label: str) -> tuple[Measured, str]:
+        """Take a snapshot; its id is what ``restore`` takes."""
+        raise NotImplementedError
+
+    def restore(self, ref: str) -> Measured:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the driver holds (the API worker); called once the round is over."""
+
+
+class GitShadow(Driver):
     """A shadow repo exactly as agent tools keep one: git dir outside the work tree."""
 
     name = "git"
@@ -153,15 +187,26 @@ class GitShadow:
         return out.stdout[0].count("\0")
 
 
-class CkptCli:
+def ckpt_env() -> dict[str, str]:
+    """The environment both ckpt drivers run in: this checkout importable, no CKPT_* defaults."""
+    path = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{path}" if path
+           else str(REPO_ROOT)}
+    for var in ("CKPT_ROOT", "CKPT_STORE", "CKPT_SESSION"):  # the flags / arguments must decide
+        env.pop(var, None)
+    return env
+
+
+class CkptCli(Driver):
     """ckpt through its CLI contract (DESIGN.md), one whole process per command."""
 
     name = "ckpt"
 
     def __init__(self, work: Path, store: Path) -> None:
-        # Run from the scratch parent, never from the work tree: with ``python -c`` the current
-        # directory is on sys.path, so the stdlib corpus would shadow real modules and Python
-        # would write __pycache__ into the tree being measured.
+        # Run from the scratch parent, never from the work tree: with ``python -c`` (and
+        # ``python -m``, for the API worker) the current directory is on sys.path, so the stdlib
+        # corpus would shadow real modules and Python would write __pycache__ into the tree
+        # being measured.
         self.cwd = work.parent
         # The console script installed beside this interpreter, not the first `ckpt` on PATH:
         # version-manager shims (pyenv) add ~0.1 s of shell to every call, which a user who
@@ -170,11 +215,7 @@ class CkptCli:
         exe = str(beside) if beside.is_file() else shutil.which("ckpt")
         launcher = [exe] if exe else [sys.executable, "-c", "from cli.main import main; main()"]
         self.base = [*launcher, "--root", str(work), "--store", str(store)]
-        path = os.environ.get("PYTHONPATH")
-        self.env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{path}" if path
-                    else str(REPO_ROOT)}
-        for var in ("CKPT_ROOT", "CKPT_STORE", "CKPT_SESSION"):  # the flags must decide
-            self.env.pop(var, None)
+        self.env = ckpt_env()
 
     def _run(self, *args: str) -> Measured:
         return run_measured([[*self.base, *args]], cwd=self.cwd, env=self.env)
@@ -184,13 +225,99 @@ class CkptCli:
 
     def snapshot(self, label: str) -> tuple[Measured, str]:
         m = self._run("create", "--json", "-m", label)
-        return m, str(_parse_json(m, "create")["id"])
+        record = _parse_json(m, "create")
+        m.report = record.get("stats")
+        return m, str(record["id"])
 
     def restore(self, ref: str) -> Measured:
         # Default restore: includes the pre-restore save, which the contract requires.
         m = self._run("restore", ref, "--json")
-        _parse_json(m, "restore")
+        m.report = _parse_json(m, "restore")
         return m
+
+
+class CkptApi(Driver):
+    """ckpt through its Python API, in-process, as a harness calls it.
+
+    One worker process per round (``python -m bench.inprocess``, JSON lines over stdin/stdout)
+    imports the library, opens the store once and runs each step as one call, timed inside the
+    worker with ``perf_counter``. Its start-up (interpreter, imports) happens before the first
+    step and is reported apart, never inside a step. Peak RSS is the worker's high-water mark
+    after the step (``getrusage``), so it is cumulative over the round.
+    """
+
+    name = "ckpt-api"
+
+    def __init__(self, work: Path, store: Path) -> None:
+        self.root, self.store = str(work), str(store)
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the worker)
+        start = time.perf_counter()
+        # cwd: the scratch parent, for the reason CkptCli gives (``-m`` puts it on sys.path).
+        self._proc: subprocess.Popen[str] | None = subprocess.Popen(
+            [sys.executable, "-m", "bench.inprocess"], cwd=work.parent, env=ckpt_env(),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+            encoding="utf-8")
+        try:
+            ready = self._answer("start-up")
+        except BaseException:
+            self.close()
+            raise
+        self.startup = {"startup_seconds": time.perf_counter() - start,
+                        "startup_rss_kib": ready["max_rss_kib"]}
+
+    def _answer(self, what: str) -> dict[str, Any]:
+        assert self._proc is not None and self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            self._stderr.seek(0)
+            tail = self._stderr.read().decode(errors="replace").strip()[-2000:]
+            raise BenchFailure(f"ckpt-api worker died during {what} "
+                               f"(exit {self._proc.wait()}): {tail}")
+        answer: dict[str, Any] = json.loads(line)
+        if "error" in answer:
+            raise BenchFailure(f"ckpt-api {answer['error']}\n{answer['traceback'][-2000:]}")
+        return answer
+
+    def _call(self, op: str, **args: str) -> tuple[Measured, dict[str, Any]]:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
+        self._proc.stdin.flush()
+        answer = self._answer(op)
+        return Measured(answer["seconds"], answer["max_rss_kib"],
+                        report=answer.get("report")), answer
+
+    def init(self) -> Measured:
+        m, _ = self._call("init", root=self.root, store=self.store)
+        opened, _ = self._call("open", root=self.root, store=self.store)
+        m.max_rss_kib = opened.max_rss_kib
+        m.report = {**self.startup, "open_seconds": opened.seconds}
+        return m
+
+    def snapshot(self, label: str) -> tuple[Measured, str]:
+        m, answer = self._call("create", label=label)
+        return m, str(answer["id"])
+
+    def restore(self, ref: str) -> Measured:
+        m, _ = self._call("restore", ref=ref)  # the default: pre-restore save included
+        return m
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            if proc.poll() is None:
+                assert proc.stdin is not None
+                proc.stdin.write(json.dumps({"op": "close"}) + "\n")
+                proc.stdin.close()
+                proc.wait(timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+        finally:
+            if proc.stdout is not None:
+                proc.stdout.close()
+            self._stderr.close()
 
 
 def _parse_json(m: Measured, what: str) -> dict[str, Any]:
@@ -203,7 +330,8 @@ def _parse_json(m: Measured, what: str) -> dict[str, Any]:
     return value
 
 
-TOOLS: dict[str, type[GitShadow | CkptCli]] = {"git": GitShadow, "ckpt": CkptCli}
+# Table and JSON order: the ckpt variants, then git, the yardstick each is divided by.
+TOOLS: dict[str, type[Driver]] = {"ckpt": CkptCli, "ckpt-api": CkptApi, "git": GitShadow}
 
 
 def _check(expected: Manifest, actual: Manifest, what: str) -> None:
@@ -211,11 +339,6 @@ def _check(expected: Manifest, actual: Manifest, what: str) -> None:
     if diffs:
         shown = "\n  ".join(diffs[:20])
         raise BenchFailure(f"{what}: tree differs in {len(diffs)} paths:\n  {shown}")
-
-
-def _report(tool: GitShadow | CkptCli, m: Measured) -> object:
-    """ckpt's restore JSON (written/deleted/... counts) is kept raw; git prints nothing."""
-    return _parse_json(m, "restore") if isinstance(tool, CkptCli) else None
 
 
 def run_tool_round(tool_name: str, corpus: Corpus, baseline: Manifest, files: list[str],
@@ -227,13 +350,15 @@ def run_tool_round(tool_name: str, corpus: Corpus, baseline: Manifest, files: li
     store.mkdir()
     # Flush the copy's dirty pages now so its writeback does not land inside the first step.
     os.sync()
-    tool = TOOLS[tool_name](work, store)
+    tool: Driver | None = None
     steps: dict[str, dict[str, Any]] = {}
 
     def record(step: str, m: Measured, **extra: object) -> None:
-        steps[step] = {"seconds": m.seconds, "max_rss_kib": m.max_rss_kib, **extra}
+        steps[step] = {"seconds": m.seconds, "max_rss_kib": m.max_rss_kib, "report": m.report,
+                       **extra}
 
     try:
+        tool = TOOLS[tool_name](work, store)
         record("init", tool.init())
         m, first = tool.snapshot("first")
         record("first_snapshot", m)
@@ -253,13 +378,11 @@ def run_tool_round(tool_name: str, corpus: Corpus, baseline: Manifest, files: li
         m = tool.restore(first)
         restored = read_manifest(work)
         _check(baseline, restored, f"{tool_name} restore to the first snapshot")
-        record("restore", m, rewritten=count_rewritten(after_turn, restored),
-               report=_report(tool, m))
+        record("restore", m, rewritten=count_rewritten(after_turn, restored))
         m = tool.restore(first)
         again = read_manifest(work)
         _check(baseline, again, f"{tool_name} no-op restore")
-        record("noop_restore", m, rewritten=count_rewritten(restored, again),
-               report=_report(tool, m))
+        record("noop_restore", m, rewritten=count_rewritten(restored, again))
         result: dict[str, Any] = {
             "tool": tool_name, "steps": steps, "store": asdict(size), "verified": True,
             "turn": {"seed": seed, "edited": len(turn.edits), "added": len(turn.adds),
@@ -268,12 +391,28 @@ def run_tool_round(tool_name: str, corpus: Corpus, baseline: Manifest, files: li
             result["captured_files"] = tool.captured_files()
         return result
     finally:
+        if tool is not None:
+            tool.close()
         if not keep:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
+def ordered(tools: Sequence[str]) -> list[str]:
+    """The tools in table order (TOOLS'), whatever order --tools named them in."""
+    return [t for t in TOOLS if t in tools]
+
+
+def variants(tools: Sequence[str]) -> list[str]:
+    """The ckpt variants that get a paired ratio: all of them, when git ran too."""
+    return [t for t in ordered(tools) if t != "git"] if "git" in tools else []
+
+
 def summarize(runs: list[dict[str, Any]], tools: Sequence[str]) -> dict[str, Any]:
-    """Medians per tool and step, paired ckpt/git ratios per round and their median."""
+    """Medians per tool and step; paired ratios against git per round, per ckpt variant.
+
+    ``ratios`` and ``median_ratio`` map each ckpt variant ("ckpt", "ckpt-api") to its list of
+    per-round ratios and their median.
+    """
     by = {t: [r for r in runs if r["tool"] == t] for t in tools}
     out: dict[str, Any] = {}
     for step in ("init", *STEPS):
@@ -284,15 +423,20 @@ def summarize(runs: list[dict[str, Any]], tools: Sequence[str]) -> dict[str, Any
                       "peak_rss_kib": max(c["max_rss_kib"] for c in cells)}
             if "rewritten" in cells[0]:
                 row[t]["median_rewritten"] = statistics.median(c["rewritten"] for c in cells)
-        if "ckpt" in tools and "git" in tools:
-            # Paired by round: both tools ran back to back, so machine drift mostly cancels.
-            ratios = [c["steps"][step]["seconds"] / g["steps"][step]["seconds"]
-                      for c, g in zip(by["ckpt"], by["git"])]
-            row["ratios"] = ratios
-            row["median_ratio"] = statistics.median(ratios)
+        if variants(tools):
+            # Paired by round: the tools ran back to back, so machine drift mostly cancels.
+            row["ratios"] = {t: [c["steps"][step]["seconds"] / g["steps"][step]["seconds"]
+                                 for c, g in zip(by[t], by["git"])] for t in variants(tools)}
+            row["median_ratio"] = {t: statistics.median(r) for t, r in row["ratios"].items()}
         out[step] = row
     out["store"] = {t: {k: statistics.median(r["store"][k] for r in by[t])
                         for k in ("apparent_bytes", "allocated_bytes", "files")} for t in tools}
+    if "ckpt-api" in tools:  # what the worker paid outside the steps
+        inits = [r["steps"]["init"]["report"] for r in by["ckpt-api"]]
+        out["ckpt-api worker"] = {
+            "median_startup_s": statistics.median(i["startup_seconds"] for i in inits),
+            "median_open_s": statistics.median(i["open_seconds"] for i in inits),
+            "startup_rss_kib": max(i["startup_rss_kib"] for i in inits)}
     return out
 
 
@@ -303,36 +447,56 @@ def _cell(value: float | None, spec: str) -> str:
 def render_table(report: dict[str, Any]) -> str:
     """The human-readable summary: one row per scenario, then memory, store size, rewrites."""
     s, c = report["summary"], report["corpus"]
+    cols, pairs = ordered(report["tools"]), variants(report["tools"])
+    heads = [f"{t}/git" for t in pairs]
+    widths = [max(10, len(h) + 2) for h in heads]
 
     def get(step: str, tool: str, key: str) -> float | None:
         return s[step][tool].get(key) if tool in s[step] else None
+
+    def tools_header(title: str) -> str:
+        return f"{title:<28}" + "".join(f"{t:>10}" for t in cols)
 
     lines = [(f"corpus {c['name']}: {c['captured_files']:,} captured files of {c['files']:,} "
               f"({c['bytes'] / 1e6:,.0f} MB); {report['rounds']} rounds; {report['date']}"),
              (f"{report['machine']['cpu']} x{report['machine']['nproc']}, "
               f"{report['git_version']}, ckpt {report['ckpt_version']}"), "",
-             f"{'step (median wall s)':<28}{'ckpt':>10}{'git':>10}{'ckpt/git':>10}  per round"]
+             tools_header("step (median wall s)")
+             + "".join(f"{h:>{w}}" for h, w in zip(heads, widths))
+             + ("  per round" + (f" ({', '.join(pairs)})" if len(pairs) > 1 else "")
+                if pairs else "")]
     for step in ("init", *STEPS):
-        lines.append(f"{STEP_TITLES[step]:<28}{_cell(get(step, 'ckpt', 'median_s'), '10.3f')}"
-                     f"{_cell(get(step, 'git', 'median_s'), '10.3f')}"
-                     f"{_cell(s[step].get('median_ratio'), '10.2f')}  "
-                     + " ".join(f"{r:.2f}" for r in s[step].get("ratios", [])))
-    lines += ["", f"{'peak RSS (MiB, max of rounds)':<28}{'ckpt':>10}{'git':>10}"]
+        medians = s[step].get("median_ratio", {})
+        rounds = s[step].get("ratios", {})
+        lines.append(f"{STEP_TITLES[step]:<28}"
+                     + "".join(_cell(get(step, t, "median_s"), "10.3f") for t in cols)
+                     + "".join(f"{medians[t]:{w}.2f}" for t, w in zip(pairs, widths))
+                     + ("  " + " | ".join(" ".join(f"{r:.2f}" for r in rounds[t])
+                                          for t in pairs) if pairs else ""))
+    lines += ["", tools_header("peak RSS (MiB, max of rounds)")]
     for step in STEPS:
-        cells = [get(step, t, "peak_rss_kib") for t in ("ckpt", "git")]
+        cells = [get(step, t, "peak_rss_kib") for t in cols]
         lines.append(f"{STEP_TITLES[step]:<28}" + "".join(
             _cell(None if v is None else v / 1024, "10.1f") for v in cells))
-    lines.append(f"  (the RSS wrapper's floor is {report['rss_floor_kib'] / 1024:.1f} MiB: "
-                 "a value near it means 'at most that')")
-    lines += ["", f"{'store after first snapshot':<28}{'ckpt':>10}{'git':>10}"]
+    if any(t != "ckpt-api" for t in cols):
+        lines.append(f"  (the RSS wrapper's floor is {report['rss_floor_kib'] / 1024:.1f} MiB: "
+                     "a value near it means 'at most that')")
+    if "ckpt-api" in cols:
+        w = s["ckpt-api worker"]
+        lines += [("  (ckpt-api: the worker's high-water mark after the step, cumulative over "
+                   "the round;"),
+                  (f"  {w['startup_rss_kib'] / 1024:.1f} MiB after its imports. Outside every "
+                   f"step: start-up {w['median_startup_s']:.3f} s, "
+                   f"open {w['median_open_s']:.3f} s, medians)")]
+    lines += ["", tools_header("store after first snapshot")]
     for key, title, div in (("apparent_bytes", "apparent MB", 1e6),
                             ("allocated_bytes", "allocated MB", 1e6), ("files", "files", 1)):
-        cells = [s["store"][t][key] / div if t in s["store"] else None for t in ("ckpt", "git")]
+        cells = [s["store"][t][key] / div if t in s["store"] else None for t in cols]
         lines.append(f"  {title:<26}" + "".join(_cell(v, "10,.0f") for v in cells))
-    lines += ["", f"{'paths rewritten (median)':<28}{'ckpt':>10}{'git':>10}"]
+    lines += ["", tools_header("paths rewritten (median)")]
     for step in ("restore", "noop_restore"):
         lines.append(f"{STEP_TITLES[step]:<28}" + "".join(
-            _cell(get(step, t, "median_rewritten"), "10,.0f") for t in ("ckpt", "git")))
+            _cell(get(step, t, "median_rewritten"), "10,.0f") for t in cols))
     return "\n".join(lines)
 
 
@@ -364,21 +528,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "\n\n")[0])
     ap.add_argument("--corpus", required=True, help="stdlib, linux, or a directory")
     ap.add_argument("--rounds", type=int, default=3, help="rounds per tool (default 3)")
-    ap.add_argument("--tools", default="ckpt,git", help="comma list of ckpt,git (default both)")
+    ap.add_argument("--tools", default="ckpt,git",
+                    help="comma list of ckpt (the CLI), ckpt-api (the Python API in-process), "
+                         "git (default ckpt,git)")
     ap.add_argument("--seed", type=int, default=1, help="seed of round 0's turn (round i: +i)")
     ap.add_argument("--json", type=Path, help="write the full report with raw numbers here")
     ap.add_argument("--scratch", type=Path, help="where copies go (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep scratch copies and stores")
     args = ap.parse_args(argv)
-    tools = [t for t in args.tools.split(",") if t]
+    tools = list(dict.fromkeys(t for t in args.tools.split(",") if t))
     if not tools or any(t not in TOOLS for t in tools) or args.rounds < 1:
-        ap.error("--tools takes ckpt and/or git; --rounds must be >= 1")
+        ap.error(f"--tools takes some of {','.join(TOOLS)}; --rounds must be >= 1")
     try:
         corpus = get_corpus(args.corpus)
     except CorpusError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if "ckpt" in tools:
+    if any(t != "git" for t in tools):
         # An installed package has its bytecode compiled; an editable checkout under
         # PYTHONDONTWRITEBYTECODE would recompile every module on every call.
         for package in ("objstore", "checkpoints", "cli"):

@@ -1,4 +1,4 @@
-"""Tests for the benchmark yardsticks: seeded turns, manifests, and the git shadow-repo driver.
+"""Tests for the benchmark yardsticks: seeded turns, manifests, the tool drivers, the comparison.
 
 If these are wrong, every number the peer comparison prints is wrong, so they run with the
 normal test suite (fast, real temp directories, real git).
@@ -6,15 +6,29 @@ normal test suite (fast, real temp directories, real git).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from bench.compare import BenchFailure, CkptCli, GitShadow, run_measured
+from bench.compare import (
+    REPO_ROOT,
+    STEPS,
+    BenchFailure,
+    CkptApi,
+    CkptCli,
+    GitShadow,
+    main,
+    render_table,
+    run_measured,
+    summarize,
+)
 from bench.corpus import (
     changed_paths,
     copy_tree,
@@ -202,3 +216,98 @@ def test_ckpt_driver_speaks_the_cli_contract(tmp_path: Path) -> None:
     args = ckpt.base[-4:]
     assert args == ["--root", str(tmp_path / "work"), "--store", str(tmp_path / "store")]
     assert ckpt.cwd == tmp_path  # never the work tree: python -c would import from it
+
+
+def test_ckpt_api_worker_fails_loudly_and_exits(tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    api = CkptApi(tmp_path / "work", tmp_path / "store")
+    proc = api._proc
+    assert proc is not None
+    try:
+        init = api.init()
+        assert init.seconds > 0 and init.report["open_seconds"] >= 0
+        assert init.report["startup_rss_kib"] <= init.max_rss_kib
+        with pytest.raises(BenchFailure, match="UnknownCheckpoint"):
+            api.restore("ckpt-0-nosuchid")
+        m, ref = api.snapshot("after a failed step the worker still serves")
+        assert ref.startswith("ckpt-") and m.report["files"] == 0
+    finally:
+        api.close()
+    assert proc.returncode == 0
+    api.close()  # idempotent
+
+
+def test_compare_never_imports_ckpt() -> None:
+    code = ("import sys, bench.compare; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'checkpoints', 'objstore', 'cli'}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def _fake_run(tool: str, rnd: int, seconds: float) -> dict[str, object]:
+    steps = {s: {"seconds": seconds * (rnd + 1), "max_rss_kib": 1024, "report": None}
+             for s in ("init", *STEPS)}
+    if tool == "ckpt-api":
+        steps["init"]["report"] = {"startup_seconds": 0.2, "open_seconds": 0.01,
+                                   "startup_rss_kib": 900}
+    for s in ("restore", "noop_restore"):
+        steps[s]["rewritten"] = 0
+    return {"tool": tool, "round": rnd, "steps": steps,
+            "store": {"apparent_bytes": 1, "allocated_bytes": 1, "files": 1}}
+
+
+def test_summary_pairs_each_ckpt_variant_with_git_by_round() -> None:
+    tools = ["git", "ckpt-api", "ckpt"]
+    runs = [_fake_run(t, r, {"ckpt": 4.0, "ckpt-api": 0.5, "git": 1.0}[t])
+            for r in range(2) for t in tools]
+    summary = summarize(runs, tools)
+    for step in ("init", *STEPS):
+        assert summary[step]["ratios"] == {"ckpt": [4.0, 4.0], "ckpt-api": [0.5, 0.5]}
+        assert summary[step]["median_ratio"] == {"ckpt": 4.0, "ckpt-api": 0.5}
+    assert summary["ckpt-api worker"]["median_startup_s"] == 0.2
+    table = render_table({"summary": summary, "tools": tools, "rounds": 2, "date": "d",
+                          "corpus": {"name": "x", "captured_files": 1, "files": 1, "bytes": 1},
+                          "machine": {"cpu": "cpu", "nproc": 2}, "git_version": "git",
+                          "ckpt_version": "0", "rss_floor_kib": 8000})
+    header = next(line for line in table.splitlines() if line.startswith("step"))
+    assert header.split()[4:9] == ["ckpt", "ckpt-api", "git", "ckpt/git", "ckpt-api/git"]
+    assert "4.00 4.00 | 0.50 0.50" in table
+    assert "start-up 0.200 s" in table
+
+
+@needs_git
+def test_compare_runs_the_api_in_process_beside_git(tree: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.json"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    assert main(["--corpus", str(tree), "--rounds", "1", "--tools", "ckpt-api,git",
+                 "--json", str(out), "--scratch", str(scratch)]) == 0
+    report = json.loads(out.read_text())
+    assert report["tools"] == ["ckpt-api", "git"]
+    summary = report["summary"]
+    api, git = (next(r for r in report["runs"] if r["tool"] == t) for t in ("ckpt-api", "git"))
+    for step in ("init", *STEPS):
+        assert api["steps"][step]["seconds"] > 0 and api["steps"][step]["max_rss_kib"] > 0
+        ratio = api["steps"][step]["seconds"] / git["steps"][step]["seconds"]
+        assert summary[step]["ratios"] == {"ckpt-api": [ratio]}
+        assert summary[step]["median_ratio"] == {"ckpt-api": ratio}
+    steps = api["steps"]
+    assert steps["first_snapshot"]["report"]["files"] == len(regular_files(tree))  # no symlink
+    assert steps["no_change_snapshot"]["report"]["hashed"] == 0
+    assert steps["no_change_snapshot"]["report"]["new_objects"] == 0
+    assert steps["turn_snapshot"]["report"]["hashed"] == 25
+    restore, noop = steps["restore"], steps["noop_restore"]
+    assert (restore["rewritten"], restore["report"]["written"], restore["report"]["deleted"]) \
+        == (30, 25, 5)
+    assert restore["report"]["pre_restore"] is not None  # the default restore saves first
+    assert (noop["rewritten"], noop["report"]["written"], noop["report"]["deleted"]) == (0, 0, 0)
+    assert set(steps["init"]["report"]) == {"startup_seconds", "startup_rss_kib", "open_seconds"}
+    assert api["verified"] and api["store"]["files"] > 0
+    # peak RSS is the worker's cumulative high-water mark: it never goes down within a round
+    peaks = [steps[s]["max_rss_kib"] for s in ("init", *STEPS)]
+    assert peaks == sorted(peaks)
+    table = capsys.readouterr().out
+    assert "ckpt-api/git" in table and "cumulative" in table
+    assert list(scratch.iterdir()) == []  # worker gone, scratch removed
