@@ -19,7 +19,6 @@ import tempfile
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 from checkpoints.errors import ConfigError
@@ -256,6 +255,8 @@ def _parse_size(text: str) -> Any:
         # "M" and "MiB" mean 1024**2, as in git and most tools; "MB" spells out SI.
         base = 1000 if tail and tail.lower() == "b" else 1024
         factor = base ** _SIZE_POWERS[unit.lower()]
+    from fractions import Fraction  # noqa: PLC0415 (rarely needed: kept off start-up)
+
     size = Fraction(number) * factor  # exact: "1.1G" must not pick up float rounding
     if size.denominator != 1:
         raise _Invalid(f"{text!r} is not a whole number of bytes")

@@ -9,7 +9,6 @@ journaled target, which is idempotent: whatever was applied before the kill, the
 from __future__ import annotations
 
 import os
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +44,7 @@ def write_intent(path: str, intent: RestoreIntent) -> None:
         None if intent.only is None else list(intent.only),
         intent.pre_restore, intent.record_event, intent.discard_later, intent.staging,
     ]
-    temp = f"{path}.tmp-{secrets.token_hex(4)}"
+    temp = f"{path}.tmp-{os.urandom(4).hex()}"
     with open(temp, "wb") as out:
         out.write(pack_data(payload))
         out.flush()

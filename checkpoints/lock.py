@@ -25,7 +25,6 @@ import fcntl
 import json
 import math
 import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -146,7 +145,7 @@ class RootLock:
             else:
                 # Same shape as the records' created_at: "2026-11-29T16:17:02.123Z".
                 started = self._clock().astimezone(UTC).isoformat(timespec="milliseconds")
-                owner = LockOwner(pid=os.getpid(), host=socket.gethostname(),
+                owner = LockOwner(pid=os.getpid(), host=os.uname().nodename,
                                   started_at=started.replace("+00:00", "Z"), purpose=self.purpose)
                 # Truncate, then one positional write: a reader sees empty, or the record.
                 try:

@@ -6,12 +6,14 @@ Plain frozen data with their JSON shapes (DESIGN.md "CLI contract"); nothing her
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkpoints.paths import RelPath
 from checkpoints.plan import RestorePlan
 from objstore import EntryKind, ObjectId
-from objstore.fsck import FsckReport
+
+if TYPE_CHECKING:  # only named in annotations: fsck stays off the start-up path
+    from objstore.fsck import FsckReport
 
 
 @dataclass(frozen=True, slots=True)

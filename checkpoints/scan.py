@@ -21,7 +21,6 @@ import os
 import stat as statmod
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -344,6 +343,8 @@ class _Scanner:
                 done += 1
                 self._report("hash", done, total)
         else:
+            from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 (only with work)
+
             with ThreadPoolExecutor(max_workers=threads) as pool:
                 for ok in pool.map(self._hash_one, jobs, chunksize=16):
                     done += 1

@@ -12,7 +12,6 @@ import builtins
 import glob
 import os
 import random
-import secrets
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -60,11 +59,10 @@ from checkpoints.statcache import (
 )
 from objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, TreeEntry, hash_bytes
 from objstore.errors import ObjstoreError, StoreNotFound
-from objstore.fsck import check_store
-from objstore.gc import GcReport, collect_garbage
 
 if TYPE_CHECKING:
     from checkpoints.ignore import IgnoreRules
+    from objstore.gc import GcReport
 
 Clock = Callable[[], datetime]
 Listener = Callable[[Event], None]
@@ -439,7 +437,7 @@ class Checkpoints:
 
     def _staging_dir(self) -> bytes:
         # Staged files are renamed into place, so they must be on the root's filesystem.
-        token = secrets.token_hex(6)
+        token = os.urandom(6).hex()
         if os.stat(self._root_dir).st_dev == os.stat(self.root).st_dev:
             return os.fsencode(os.path.join(self._root_dir, f"staging-{token}"))
         return self._root_b + b"/.ckpt-staging-" + token.encode()
@@ -631,6 +629,8 @@ class Checkpoints:
                       purpose="gc"):
             grace = self.config.gc_grace_seconds if grace_seconds is None else grace_seconds
             roots = self.catalog.tree_roots() + self._journaled_trees()
+            from objstore.gc import collect_garbage  # noqa: PLC0415 (off the start-up path)
+
             report = collect_garbage(self.objects, roots, grace_seconds=grace,
                                      now=time.time(), dry_run=dry_run)
             if report.objects_removed and not dry_run:
@@ -650,13 +650,15 @@ class Checkpoints:
 
     def _bump_gc_generation(self) -> None:
         path = os.path.join(self.store_dir, "gc-generation")
-        temp = f"{path}.tmp-{secrets.token_hex(4)}"
+        temp = f"{path}.tmp-{os.urandom(4).hex()}"
         with open(temp, "w", encoding="ascii") as out:
             out.write(f"{self._gc_generation() + 1}\n")
         os.replace(temp, path)
 
     def fsck(self, *, full: bool = False) -> CheckReport:
         records = self.catalog.history(session=None)
+        from objstore.fsck import check_store  # noqa: PLC0415 (off the start-up path)
+
         report = check_store(self.objects, [r.tree for r in records], full=full)
         damaged = tuple(r.id for r in records if r.tree in report.damaged_roots)
         return CheckReport(report, damaged, *self._check_root_files())

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -215,7 +214,7 @@ def write_stat_cache(path: str, cache: StatCache) -> None:
     }
     data = pack_data((CACHE_VERSION, cache.gc_generation, cache.settings, raw_dirs))
     data += hash_bytes(data)
-    temp = f"{path}.tmp-{secrets.token_hex(4)}"
+    temp = f"{path}.tmp-{os.urandom(4).hex()}"
     try:
         with open(temp, "wb") as out:
             out.write(data)

@@ -40,3 +40,15 @@ def test_only_the_codec_imports_msgpack_and_zstandard() -> None:
     users = [str(p.relative_to(ROOT)) for package in ("objstore", "checkpoints", "cli")
              for p in _modules(package) if _imports(p) & {"msgpack", "zstandard"}]
     assert users == ["objstore/codec.py"]
+
+
+def test_every_package_directory_is_installed() -> None:
+    """pyproject lists packages explicitly: a subpackage left out works in an editable install
+    and is missing from a wheel (cli.commands once was)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts)
+             for top in ("objstore", "checkpoints", "cli", "bench")
+             for p in (ROOT / top).rglob("__init__.py")}
+    assert found == listed

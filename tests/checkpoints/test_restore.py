@@ -484,3 +484,29 @@ def test_next_snapshot_after_a_restore_reads_at_most_what_the_restore_wrote(root
     again = service.create()
     assert again.tree == record.tree
     assert again.stats.hashed <= 10
+
+
+def test_a_restore_with_nothing_to_do_journals_and_stages_nothing(
+        root: str, service: Checkpoints, monkeypatch: pytest.MonkeyPatch) -> None:
+    import checkpoints.service as service_module
+
+    for index in range(20):
+        h.write_file(root, f"d{index % 4}/f{index}", b"%d" % index)
+    record = service.create()
+    journaled: list[object] = []
+    real_write_intent = service_module.write_intent
+    monkeypatch.setattr(service_module, "write_intent",
+                        lambda path, intent: journaled.append(intent) or real_write_intent(path, intent))
+    events: list[object] = []
+    service.on("checkpoint:restore", events.append)
+    before = h.stat_state(root)
+
+    noop = service.restore(record.id)
+
+    assert journaled == [] and h.stat_state(root) == before
+    assert (noop.written, noop.deleted, noop.unchanged) == (0, 0, 20)
+    assert noop.pre_restore is not None and len(events) == 1  # still undoable and announced
+    h.write_file(root, "d0/f0", b"changed")
+    service.restore(record.id)
+    with open(os.path.join(root, "d0", "f0"), "rb") as restored:
+        assert len(journaled) == 1 and restored.read() == b"0"
