@@ -11,9 +11,15 @@ always runs on a warmer machine. Every restore is checked against a content mani
 original tree: a fast but wrong restore aborts the run. Each ckpt variant gets paired per-round
 ratios against git.
 
-Owns: driving the tools, timing, peak RSS, store size, the summary table and the JSON.
-Must not: import ckpt (the CLI is measured as users run it; the API runs in the worker, which
-is the only bench process that imports it), or modify the corpus.
+``--install venv`` (the default) measures ckpt as users install it: before the rounds, outside
+every measurement, the checkout is pip-installed (non-editable, C extension built) into a fresh
+virtual environment in the scratch directory, whose ``bin/ckpt`` and ``python`` then run the CLI
+and the worker. ``--install current`` runs the interpreter this harness runs in (an editable
+checkout here), whose start-up pays for the editable finder and other ``.pth`` hooks.
+
+Owns: driving the tools, the ckpt install they run, timing, peak RSS, store size, the summary
+table and the JSON. Must not: import ckpt (the CLI is measured as users run it; the API runs in
+the worker, which is the only bench process that imports it), or modify the corpus.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import datetime as dt
+import fnmatch
 import importlib.metadata
 import json
 import os
@@ -132,8 +139,11 @@ class Driver:
 
     name: str
 
-    def __init__(self, work: Path, store: Path) -> None:
-        """Drive ``work`` (a scratch copy of the corpus) with its store in ``store``."""
+    def __init__(self, work: Path, store: Path, install: Install | None = None) -> None:
+        """Drive ``work`` (a scratch copy of the corpus) with its store in ``store``.
+
+        ``install`` is the ckpt the ckpt drivers run (default: ``Install.current()``).
+        """
 
     def init(self) -> Measured:
         raise NotImplementedError
@@ -154,7 +164,7 @@ class GitShadow(Driver):
 
     name = "git"
 
-    def __init__(self, work: Path, store: Path) -> None:
+    def __init__(self, work: Path, store: Path, install: Install | None = None) -> None:
         self.work = work
         self.base = ["git", f"--git-dir={store}", f"--work-tree={work}"]
         self.env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
@@ -197,25 +207,186 @@ def ckpt_env() -> dict[str, str]:
     return env
 
 
-class CkptCli(Driver):
-    """ckpt through its CLI contract (DESIGN.md), one whole process per command."""
+@dataclass(slots=True)
+class Install:
+    """The ckpt that both ckpt drivers run: the CLI's launcher, the worker's interpreter, their
+    environment.
 
-    name = "ckpt"
+    ``prefix`` is the virtual environment ckpt must be imported from (None: the current
+    interpreter, with whatever it imports). ``info`` describes the install for the report
+    (``prepare_install`` fills it).
+    """
 
-    def __init__(self, work: Path, store: Path) -> None:
-        # Run from the scratch parent, never from the work tree: with ``python -c`` (and
-        # ``python -m``, for the API worker) the current directory is on sys.path, so the stdlib
-        # corpus would shadow real modules and Python would write __pycache__ into the tree
-        # being measured.
-        self.cwd = work.parent
+    mode: str
+    launcher: tuple[str, ...]
+    python: str
+    env: dict[str, str]
+    prefix: Path | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def current(cls) -> Install:
+        """This interpreter, as the harness runs (``--install current``)."""
         # The console script installed beside this interpreter, not the first `ckpt` on PATH:
         # version-manager shims (pyenv) add ~0.1 s of shell to every call, which a user who
         # installs ckpt normally does not pay.
         beside = Path(sys.executable).with_name("ckpt")
         exe = str(beside) if beside.is_file() else shutil.which("ckpt")
-        launcher = [exe] if exe else [sys.executable, "-c", "from cli.main import main; main()"]
-        self.base = [*launcher, "--root", str(work), "--store", str(store)]
-        self.env = ckpt_env()
+        launcher = ((exe,) if exe
+                    else (sys.executable, "-c", "from cli.main import main; main()"))
+        return cls("current", launcher, sys.executable, ckpt_env())
+
+
+# What the source copy a venv is built from leaves out: VCS data, build output and caches at the
+# top, compiled files anywhere. (pip builds in the source tree: installing the checkout itself
+# would write build/ and *.egg-info into it, and setuptools could ship stale files from an
+# earlier build/.)
+_SOURCE_SKIP_TOP = frozenset({".git", "build", "dist", ".venv", ".ckpt", ".benchmarks",
+                              ".hypothesis", ".mypy_cache", ".ruff_cache", ".pytest_cache"})
+_SOURCE_SKIP_ANY = ("__pycache__", "*.pyc", "*.so", "*.egg-info")
+
+
+def copy_source(dest: Path) -> None:
+    """Copy the checkout (REPO_ROOT) to ``dest`` as a clean source tree to install from."""
+    inside = REPO_ROOT in dest.resolve().parents
+    avoid = {dest.resolve(), *dest.resolve().parents}
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        here = Path(directory)
+        skip = {n for n in names if any(fnmatch.fnmatch(n, p) for p in _SOURCE_SKIP_ANY)}
+        if here == REPO_ROOT:
+            skip |= _SOURCE_SKIP_TOP & set(names)
+        if inside:  # a --scratch inside the checkout must not be copied into itself
+            skip |= {n for n in names if (here / n).resolve() in avoid}
+        return skip
+
+    shutil.copytree(REPO_ROOT, dest, symlinks=True, ignore=ignore)
+
+
+def _run_logged(cmd: Sequence[str], log: Path, what: str, env: dict[str, str]) -> None:
+    """Run a set-up command with its output appended to ``log``; a failure shows the log's end."""
+    with log.open("ab") as out:
+        out.write(f"$ {' '.join(cmd)}\n".encode())
+        out.flush()
+        try:
+            code: int | None = subprocess.run(
+                cmd, cwd=log.parent, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, check=False, timeout=900).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    if code != 0:
+        tail = log.read_text(errors="replace").strip()[-3000:]
+        raise BenchFailure(f"{what} {'timed out' if code is None else f'exited {code}'}; "
+                           f"the end of {log}:\n{tail}")
+
+
+def venv_install(scratch: Path) -> Install:
+    """pip-install the checkout, non-editable, into a fresh venv under ``scratch``.
+
+    Why: the current interpreter runs ckpt from an editable install, whose import-hook finder
+    (``__editable___ckpt_*_finder``, imported by a .pth file at every start-up) and any other
+    .pth hooks of its site-packages (here the sandbox's ``_sandboxing_egress_ca.pth``, which
+    imports certifi) cost every ckpt process tens of milliseconds that ``pip install ckpt``
+    users never pay. The venv has no system site packages, so none of them run. Its
+    site-packages is precompiled: under PYTHONDONTWRITEBYTECODE nothing would write the .pyc
+    files, and every call would recompile what it imports.
+    """
+    venv, src, log = scratch / "venv", scratch / "src", scratch / "install.log"
+    python, ckpt = venv / "bin" / "python", venv / "bin" / "ckpt"
+    # Nothing of the checkout or the caller's paths may leak in: ckpt comes from the venv only.
+    env = {k: v for k, v in ckpt_env().items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    copy_source(src)
+    _run_logged([sys.executable, "-m", "venv", str(venv)], log, "python -m venv", env)
+    _run_logged([str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
+                 str(src.resolve())], log, f"pip install {src} (non-editable)", env)
+    _run_logged([str(python), "-m", "compileall", "-q", "-j", "0", str(venv / "lib")], log,
+                "compileall of the venv", env)
+    shutil.rmtree(src)  # the install is done; nothing may import from the copy
+    if not ckpt.is_file():
+        raise BenchFailure(f"pip install left no console script at {ckpt}; see {log}")
+    return Install("venv", (str(ckpt),), str(python), env, prefix=venv)
+
+
+# Run by the install's interpreter, in the drivers' environment: where ckpt and the worker are
+# imported from, whether the native scanner loaded, and which imported modules have no .pyc.
+_PROBE = """\
+import importlib.metadata, importlib.util, json, os, sys
+import bench.inprocess, checkpoints, checkpoints.dirlisting, checkpoints.service, cli.main
+print(json.dumps({
+    "python": sys.executable, "prefix": sys.prefix, "ckpt_module": checkpoints.__file__,
+    "worker_module": bench.inprocess.__file__, "native": checkpoints.dirlisting.NATIVE,
+    "version": importlib.metadata.version("ckpt"),
+    "without_pyc": sorted(name for name, m in list(sys.modules.items())
+                          if (f := getattr(m, "__file__", None) or "").endswith(".py")
+                          and not os.path.exists(importlib.util.cache_from_source(f)))}))
+"""
+
+
+def _interpreter(launcher: Sequence[str]) -> str:
+    """The interpreter a launcher runs: its shebang's, or the command itself."""
+    if len(launcher) == 1:
+        try:
+            with open(launcher[0], "rb") as f:
+                first = f.readline(4096)
+        except OSError:
+            first = b""
+        if first.startswith(b"#!") and first[2:].split():
+            return first[2:].split()[0].decode(errors="replace")
+    return launcher[0]
+
+
+def _inside(path: str | None, prefix: Path) -> bool:
+    """Whether ``path`` lies in ``prefix``; its last component is not resolved (venv/bin/python
+    is a symlink to the base interpreter, and is in the venv all the same)."""
+    if path is None:
+        return False
+    p = Path(path)
+    return (p.parent.resolve() / p.name).is_relative_to(prefix.resolve())
+
+
+def prepare_install(mode: str, scratch: Path) -> Install:
+    """The ckpt to measure (``--install``), ready to run, its ``info`` filled and checked."""
+    start = time.perf_counter()
+    if mode == "venv":
+        install = venv_install(scratch)
+    else:
+        # An installed package has its bytecode compiled; an editable checkout under
+        # PYTHONDONTWRITEBYTECODE would recompile every module on every call.
+        for package in ("objstore", "checkpoints", "cli"):
+            compileall.compile_dir(REPO_ROOT / package, quiet=1)
+        install = Install.current()
+    probe = subprocess.run([install.python, "-c", _PROBE], cwd=scratch, env=install.env,
+                           capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        raise BenchFailure(f"the {mode} install of ckpt does not import: "
+                           f"{probe.stderr.strip()[-2000:]}")
+    install.info = {"mode": mode, "ckpt": install.launcher[0], "launcher": list(install.launcher),
+                    "cli_interpreter": _interpreter(install.launcher),
+                    "venv": None if install.prefix is None else str(install.prefix),
+                    **json.loads(probe.stdout), "setup_seconds": time.perf_counter() - start}
+    if install.prefix is not None:
+        for key in ("ckpt", "cli_interpreter", "ckpt_module", "worker_module"):
+            if not _inside(install.info[key], install.prefix):
+                raise BenchFailure(f"{key} is {install.info[key]}, outside the venv "
+                                   f"{install.prefix}")
+    return install
+
+
+class CkptCli(Driver):
+    """ckpt through its CLI contract (DESIGN.md), one whole process per command."""
+
+    name = "ckpt"
+
+    def __init__(self, work: Path, store: Path, install: Install | None = None) -> None:
+        # Run from the scratch parent, never from the work tree: with ``python -c`` (and
+        # ``python -m``, for the API worker) the current directory is on sys.path, so the stdlib
+        # corpus would shadow real modules and Python would write __pycache__ into the tree
+        # being measured.
+        self.cwd = work.parent
+        install = install or Install.current()
+        self.base = [*install.launcher, "--root", str(work), "--store", str(store)]
+        self.env = install.env
 
     def _run(self, *args: str) -> Measured:
         return run_measured([[*self.base, *args]], cwd=self.cwd, env=self.env)
@@ -248,22 +419,30 @@ class CkptApi(Driver):
 
     name = "ckpt-api"
 
-    def __init__(self, work: Path, store: Path) -> None:
+    def __init__(self, work: Path, store: Path, install: Install | None = None) -> None:
         self.root, self.store = str(work), str(store)
+        install = install or Install.current()
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the worker)
         start = time.perf_counter()
         # cwd: the scratch parent, for the reason CkptCli gives (``-m`` puts it on sys.path).
+        # In a venv install the worker module comes from the venv too (pyproject ships bench),
+        # and nothing puts the checkout on sys.path.
         self._proc: subprocess.Popen[str] | None = subprocess.Popen(
-            [sys.executable, "-m", "bench.inprocess"], cwd=work.parent, env=ckpt_env(),
+            [install.python, "-m", "bench.inprocess"], cwd=work.parent, env=install.env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
             encoding="utf-8")
         try:
             ready = self._answer("start-up")
+            if install.prefix is not None and not _inside(ready.get("ckpt_module"),
+                                                          install.prefix):
+                raise BenchFailure(f"the ckpt-api worker imported ckpt from "
+                                   f"{ready.get('ckpt_module')}, not from {install.prefix}")
         except BaseException:
             self.close()
             raise
         self.startup = {"startup_seconds": time.perf_counter() - start,
-                        "startup_rss_kib": ready["max_rss_kib"]}
+                        "startup_rss_kib": ready["max_rss_kib"],
+                        "ckpt_module": ready.get("ckpt_module")}
 
     def _answer(self, what: str) -> dict[str, Any]:
         assert self._proc is not None and self._proc.stdout is not None
@@ -342,8 +521,12 @@ def _check(expected: Manifest, actual: Manifest, what: str) -> None:
 
 
 def run_tool_round(tool_name: str, corpus: Corpus, baseline: Manifest, files: list[str],
-                   seed: int, scratch: Path, *, keep: bool = False) -> dict[str, Any]:
-    """One tool, one round, five steps on a fresh copy; returns the raw numbers."""
+                   seed: int, scratch: Path, *, install: Install | None = None,
+                   keep: bool = False) -> dict[str, Any]:
+    """One tool, one round, five steps on a fresh copy; returns the raw numbers.
+
+    ``install``: the ckpt the ckpt tools run (default: ``Install.current()``).
+    """
     work, store = scratch / "work", scratch / "store"
     scratch.mkdir(parents=True)
     copy_tree(corpus.path, work)
@@ -358,7 +541,7 @@ def run_tool_round(tool_name: str, corpus: Corpus, baseline: Manifest, files: li
                        **extra}
 
     try:
-        tool = TOOLS[tool_name](work, store)
+        tool = TOOLS[tool_name](work, store, install)
         record("init", tool.init())
         m, first = tool.snapshot("first")
         record("first_snapshot", m)
@@ -460,7 +643,9 @@ def render_table(report: dict[str, Any]) -> str:
     lines = [(f"corpus {c['name']}: {c['captured_files']:,} captured files of {c['files']:,} "
               f"({c['bytes'] / 1e6:,.0f} MB); {report['rounds']} rounds; {report['date']}"),
              (f"{report['machine']['cpu']} x{report['machine']['nproc']}, "
-              f"{report['git_version']}, ckpt {report['ckpt_version']}"), "",
+              f"{report['git_version']}, ckpt {report['ckpt_version']}"),
+             *([f"ckpt install {i['mode']}: {i['ckpt']} (native scanner: {i['native']})"]
+               if (i := report.get("install")) else []), "",
              tools_header("step (median wall s)")
              + "".join(f"{h:>{w}}" for h, w in zip(heads, widths))
              + ("  per round" + (f" ({', '.join(pairs)})" if len(pairs) > 1 else "")
@@ -535,6 +720,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the full report with raw numbers here")
     ap.add_argument("--scratch", type=Path, help="where copies go (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep scratch copies and stores")
+    ap.add_argument("--install", choices=("venv", "current"), default="venv",
+                    help="the ckpt to measure: venv (default) pip-installs this checkout "
+                         "(non-editable) into a fresh venv in the scratch dir, as users install "
+                         "it; current runs this interpreter's (here: editable) install")
     args = ap.parse_args(argv)
     tools = list(dict.fromkeys(t for t in args.tools.split(",") if t))
     if not tools or any(t not in TOOLS for t in tools) or args.rounds < 1:
@@ -544,26 +733,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CorpusError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if any(t != "git" for t in tools):
-        # An installed package has its bytecode compiled; an editable checkout under
-        # PYTHONDONTWRITEBYTECODE would recompile every module on every call.
-        for package in ("objstore", "checkpoints", "cli"):
-            compileall.compile_dir(REPO_ROOT / package, quiet=1)
     scratch_root = Path(tempfile.mkdtemp(prefix="ckpt-compare-", dir=args.scratch))
     print(f"corpus {corpus.name} at {corpus.path}; scratch {scratch_root}", file=sys.stderr)
-    captured = list_captured_files(corpus.path)
-    # The turn edits and deletes regular files only; symlinks stay as they are.
-    files = [f for f in captured if not (corpus.path / f).is_symlink()]
-    baseline = read_manifest(corpus.path)
-    git_version, ckpt_version = tool_versions()
     runs: list[dict[str, Any]] = []
+    install: Install | None = None
     try:
+        if any(t != "git" for t in tools):
+            # Once, outside every measurement, and before the corpus is read: with ``current``
+            # it compiles the checkout, which may be (or contain) the corpus.
+            print(f"installing ckpt ({args.install}) ...", file=sys.stderr, flush=True)
+            install = prepare_install(args.install, scratch_root)
+            print(f"ckpt install {args.install}: {install.info['ckpt']} (native scanner: "
+                  f"{install.info['native']}; {install.info['setup_seconds']:.1f} s)",
+                  file=sys.stderr, flush=True)
+        captured = list_captured_files(corpus.path)
+        # The turn edits and deletes regular files only; symlinks stay as they are.
+        files = [f for f in captured if not (corpus.path / f).is_symlink()]
+        baseline = read_manifest(corpus.path)
+        git_version, ckpt_version = tool_versions()
         for i in range(args.rounds):
             order = tools if i % 2 == 0 else tools[::-1]  # alternate who goes first
             for t in order:
                 print(f"round {i} {t} ...", file=sys.stderr, flush=True)
                 run = run_tool_round(t, corpus, baseline, files, args.seed + i,
-                                     scratch_root / f"r{i}-{t}", keep=args.keep)
+                                     scratch_root / f"r{i}-{t}", install=install,
+                                     keep=args.keep)
                 runs.append({"round": i, "position": order.index(t), **run})
     except BenchFailure as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
@@ -579,7 +773,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 if e.kind == "file"),
                    "captured_files": len(captured)},
         "machine": machine_info(), "date": dt.datetime.now(dt.UTC).isoformat(
-            timespec="seconds"), "git_version": git_version, "ckpt_version": ckpt_version,
+            timespec="seconds"), "git_version": git_version,
+        "ckpt_version": install.info["version"] if install else ckpt_version,
+        "install": install.info if install else None,
         "rss_floor_kib": run_measured([["true"]], cwd=Path.cwd(), env=dict(os.environ)
                                       ).max_rss_kib,
         "rounds": args.rounds, "tools": tools, "seed": args.seed, "runs": runs,

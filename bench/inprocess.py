@@ -15,7 +15,9 @@ Requests (one object per line; ``op`` names it):
   {"op": "restore", "ref": ID}            ``restore(ID)``: the default, pre-restore save included
   {"op": "close"}                         close the service and exit
 Answers: {"seconds", "max_rss_kib", "id"?, "report"?}, or {"error", "traceback"} on any
-exception (the worker keeps serving; the driver treats it as a failed step).
+exception (the worker keeps serving; the driver treats it as a failed step). Before the first
+request it says {"ready": true, "pid", "max_rss_kib", "ckpt_module"}: the last is
+``checkpoints.__file__``, so the driver can check which install it imported.
 
 ``max_rss_kib`` is ``getrusage(RUSAGE_SELF).ru_maxrss`` after the step: the worker's high-water
 mark so far, so it is cumulative (never below any earlier step's, nor the import floor that
@@ -35,6 +37,7 @@ import traceback
 from collections.abc import Callable
 from typing import IO, Any
 
+import checkpoints
 from checkpoints.service import Checkpoints
 
 
@@ -85,7 +88,9 @@ def serve(requests: IO[str], answers: IO[str]) -> None:
         answers.write(json.dumps(value) + "\n")
         answers.flush()
 
-    answer({"ready": True, "pid": os.getpid(), "max_rss_kib": peak_rss_kib()})
+    # ckpt_module: where ckpt was imported from, which the driver checks (``--install venv``).
+    answer({"ready": True, "pid": os.getpid(), "max_rss_kib": peak_rss_kib(),
+            "ckpt_module": checkpoints.__file__})
     for line in requests:
         request = json.loads(line)
         op = request.pop("op")

@@ -283,7 +283,7 @@ def test_compare_runs_the_api_in_process_beside_git(tree: Path, tmp_path: Path,
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     assert main(["--corpus", str(tree), "--rounds", "1", "--tools", "ckpt-api,git",
-                 "--json", str(out), "--scratch", str(scratch)]) == 0
+                 "--install", "current", "--json", str(out), "--scratch", str(scratch)]) == 0
     report = json.loads(out.read_text())
     assert report["tools"] == ["ckpt-api", "git"]
     summary = report["summary"]
@@ -303,7 +303,9 @@ def test_compare_runs_the_api_in_process_beside_git(tree: Path, tmp_path: Path,
         == (30, 25, 5)
     assert restore["report"]["pre_restore"] is not None  # the default restore saves first
     assert (noop["rewritten"], noop["report"]["written"], noop["report"]["deleted"]) == (0, 0, 0)
-    assert set(steps["init"]["report"]) == {"startup_seconds", "startup_rss_kib", "open_seconds"}
+    assert set(steps["init"]["report"]) == {"startup_seconds", "startup_rss_kib", "open_seconds",
+                                            "ckpt_module"}
+    assert report["install"]["mode"] == "current" and report["install"]["venv"] is None
     assert api["verified"] and api["store"]["files"] > 0
     # peak RSS is the worker's cumulative high-water mark: it never goes down within a round
     peaks = [steps[s]["max_rss_kib"] for s in ("init", *STEPS)]
@@ -311,3 +313,33 @@ def test_compare_runs_the_api_in_process_beside_git(tree: Path, tmp_path: Path,
     table = capsys.readouterr().out
     assert "ckpt-api/git" in table and "cumulative" in table
     assert list(scratch.iterdir()) == []  # worker gone, scratch removed
+
+
+@needs_git
+@pytest.mark.slow
+def test_compare_measures_a_fresh_non_editable_venv_install(
+        tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--install venv``: pip installs the checkout into a venv in the scratch dir (30-60 s at
+    most, mostly pip), and both ckpt tools run from there, not from the editable checkout."""
+    out = tmp_path / "report.json"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    assert main(["--corpus", str(tree), "--rounds", "1", "--tools", "ckpt,ckpt-api,git",
+                 "--install", "venv", "--json", str(out), "--scratch", str(scratch)]) == 0
+    report = json.loads(out.read_text())
+    install = report["install"]
+    venv = Path(install["venv"])
+    assert install["mode"] == "venv" and venv.parent.parent == scratch
+    assert install["ckpt"] == str(venv / "bin" / "ckpt")
+    assert install["cli_interpreter"] == str(venv / "bin" / "python")  # the CLI runs the venv
+    site = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    assert install["ckpt_module"] == str(site / "checkpoints" / "__init__.py")
+    assert install["worker_module"] == str(site / "bench" / "inprocess.py")
+    assert install["without_pyc"] == []  # precompiled despite PYTHONDONTWRITEBYTECODE
+    assert isinstance(install["native"], bool)
+    api = next(r for r in report["runs"] if r["tool"] == "ckpt-api")
+    assert api["steps"]["init"]["report"]["ckpt_module"] == install["ckpt_module"]
+    assert {r["tool"] for r in report["runs"] if r["verified"]} == {"ckpt", "ckpt-api", "git"}
+    table = capsys.readouterr().out
+    assert f"ckpt install venv: {venv / 'bin' / 'ckpt'} (native scanner: " in table
+    assert list(scratch.iterdir()) == []  # the venv went with the scratch dir
