@@ -58,6 +58,7 @@ _EXEC = int(EntryKind.EXECUTABLE)
 _LINK = int(EntryKind.SYMLINK)
 _TREE = int(EntryKind.TREE)
 _TOMB = int(EntryKind.TOMBSTONE)
+_KIND_OF = {int(kind): kind for kind in EntryKind}  # EntryKind(n) costs an enum call per entry
 _COUNT_LOCK = threading.Lock()
 _IGNORE_FILES = (b".gitignore", b".ckptignore")  # as ignore.py reads them
 RulesFactory = Callable[[], "IgnoreRules"]
@@ -442,7 +443,7 @@ class _Scanner:
                 leaves += leaves >= 0
                 files += 1
                 size += row[SIZE]
-                entries.append(TreeEntry(name, EntryKind(kind), row[REF], None, row[SIZE]))
+                entries.append(TreeEntry(name, _KIND_OF[kind], row[REF], None, row[SIZE]))
             rows.append(row)
         self.rebuilt_dirs += 1
         tree_id, stored = self.store.store_tree(Tree(tuple(entries)))
