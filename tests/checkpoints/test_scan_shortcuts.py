@@ -4,7 +4,8 @@
 gives, on real trees with every kind of entry and error. The scan takes a directory's rows from
 the stat cache when its listing is unchanged and no ignore file changed in it or above it; a
 scan that takes shortcuts must always give the tree a scan with no cache gives (the property
-test drives random edits, ignore-file edits included, through both). Between an edit and the
+test drives random edits, ignore-file edits included, through both; 15 examples, 300 with
+CKPT_SOAK=1). Between an edit and the
 scan that must see it the tests sleep past the racy window, so listings are settled and the
 shortcut is really taken (each test checks that it was).
 """
@@ -278,7 +279,7 @@ def _apply(work: Any, op: tuple[str, str, str | None, bytes | None]) -> None:
         work.remove(directory)
 
 
-@settings(max_examples=int(os.environ.get("CKPT_SHORTCUT_EXAMPLES", "12")), deadline=None,
+@settings(max_examples=300 if os.environ.get("CKPT_SOAK") == "1" else 15, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=st.lists(st.lists(_OPS, min_size=1, max_size=4), min_size=2, max_size=6),
        python_listings=st.booleans())
