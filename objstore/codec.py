@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
 
 import msgpack
@@ -38,6 +38,7 @@ CHUNK_SIZE = 1 << 20
 _MIN_SAVING_SHIFT = 5
 
 _local = threading.local()
+Frame = Any  # bytes-like: bytes or a zstandard BufferSegment (a slice of a batch's buffer)
 
 
 def _compressor(level: int) -> zstandard.ZstdCompressor:
@@ -64,11 +65,57 @@ def _pays(raw_size: int, compressed_size: int) -> bool:
 
 def encode_object(data: bytes | memoryview, level: int) -> bytes:
     """Envelope `data`, compressed at `level` (0 = never) unless compression does not pay."""
-    if level > 0 and len(data) > 64:
+    if needs_compression(len(data), level):
         compressed = _compressor(level).compress(data)
         if _pays(len(data), len(compressed)):
             return _HEADER.pack(MAGIC, FORMAT, CODEC_ZSTD, len(data)) + compressed
     return _HEADER.pack(MAGIC, FORMAT, CODEC_RAW, len(data)) + bytes(data)
+
+
+def compress_batch(items: Sequence[bytes], level: int, threads: int) -> Sequence[Frame]:
+    """One zstd frame per item (each longer than 64 bytes, `level` > 0), in input order.
+
+    The whole batch is compressed by `threads` native threads while the GIL is released once,
+    so a Python thread can read and hash the next files meanwhile: per-file `compress` calls
+    from a Python thread pool cost a GIL hand-off each, which on small files costs more than
+    the compression. Frames are bytes-like (`envelope` takes them as they are).
+    """
+    compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
+    multi = getattr(compressor, "multi_compress_to_buffer", None)  # C backend only
+    if multi is not None and len(items) > 1:
+        try:
+            frames = multi(items, threads=max(1, threads))
+        except (NotImplementedError, zstandard.ZstdError):
+            pass
+        else:
+            # Order is the C code's contract; this cheap check guards against any change of
+            # it (a frame filed under another item's id would be a silent loss until read).
+            if len(frames) == len(items) and all(
+                zstandard.frame_content_size(frame) == len(item)
+                for frame, item in zip(frames, items)
+            ):
+                return [frames[i] for i in range(len(items))]
+    return compress_each(items, level)
+
+
+def compress_each(items: Sequence[bytes], level: int) -> list[bytes]:
+    """`compress_batch` one item at a time in this thread (any zstandard backend)."""
+    compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
+    return [compressor.compress(item) for item in items]
+
+
+def needs_compression(size: int, level: int) -> bool:
+    """Whether `encode_object` would try zstd on content of `size` bytes."""
+    return level > 0 and size > 64
+
+
+def envelope(data: bytes, frame: Frame | None) -> bytes:
+    """The stored bytes of `data` given its zstd `frame` (None: not compressed): exactly what
+    `encode_object` returns, raw when compression does not pay."""
+    if frame is not None and _pays(len(data), len(frame)):
+        stored: bytes = _HEADER.pack(MAGIC, FORMAT, CODEC_ZSTD, len(data)) + frame  # one copy
+        return stored
+    return _HEADER.pack(MAGIC, FORMAT, CODEC_RAW, len(data)) + data
 
 
 def iter_encode_object(chunks: Iterator[bytes], length: int, level: int) -> Iterator[bytes]:
@@ -186,6 +233,7 @@ def decode_tree(data: bytes, oid: ObjectId | None = None) -> Tree:
     if (
         type(decoded) is not tuple
         or len(decoded) != 2
+        or type(decoded[0]) is not int  # True == 1: a bool must not pass for the format
         or decoded[0] != TREE_FORMAT
         or type(decoded[1]) is not tuple
     ):
@@ -212,7 +260,9 @@ def decode_tree(data: bytes, oid: ObjectId | None = None) -> Tree:
             raise InvalidTree(oid, exc.reason) from None
         raise
     # Equal trees must have equal ids: refuse any encoding that is not the canonical one.
-    if encode_tree(tree) != data:
+    # The validated rows re-packed as decoded are exactly encode_tree(tree) (same values, same
+    # shapes), without a second pass over the entries.
+    if msgpack.packb(decoded, use_bin_type=True) != data:
         raise InvalidTree(oid, "non-canonical encoding")
     return tree
 
@@ -233,12 +283,16 @@ __all__ = [
     "CHUNK_SIZE",
     "HEADER_SIZE",
     "ObjstoreError",
+    "compress_batch",
+    "compress_each",
     "decode_object",
     "decode_tree",
     "encode_object",
     "encode_tree",
+    "envelope",
     "iter_decode_object",
     "iter_encode_object",
+    "needs_compression",
     "pack_data",
     "read_header",
     "unpack_data",

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
 from typing import BinaryIO, TypeVar
 
@@ -176,6 +176,9 @@ class PackedBackend:
 
     def refresh(self, oid: ObjectId) -> bool:
         # No catch-up on a miss: this is the put path, and a miss only costs a duplicate.
+        table = self._table
+        if table is not None and table.find(oid) is None:  # the usual miss, without the detour
+            return self._maybe_loose(oid) and self._loose.refresh(oid)
         if self._on_disk(oid, touch=True) is not None:
             return True
         return self._maybe_loose(oid) and self._loose.refresh(oid)
@@ -264,29 +267,52 @@ class PackedBackend:
             return False
         return self._put_new(oid, stored)
 
+    def put_absent(self, oid: ObjectId, stored: bytes) -> bool:
+        """`put` of an object that `refresh` has just reported absent (the store's put path):
+        skips repeating that lookup. False if another thread of this process stored it since;
+        another process storing it at the same time only costs a duplicate, as with `put`."""
+        return self._put_new(oid, stored)
+
     def _put_new(self, oid: ObjectId, stored: bytes) -> bool:
-        with self._lock:
-            go_loose = self._loose_left > 0 or len(stored) > self.large_object
+        if self._loose_left > 0 or len(stored) > self.large_object:  # decided under the lock
+            with self._lock:
+                go_loose = self._loose_left > 0 or len(stored) > self.large_object
+                if go_loose:
+                    self._loose_left -= 1
             if go_loose:
-                self._loose_left -= 1
-        if go_loose:
-            self._note_loose(oid, present=True)
-            return self._loose.put(oid, stored)
+                self._note_loose(oid, present=True)
+                return self._loose.put(oid, stored)
         crc = packfile.record_crc(oid, stored)
         with self._lock:
+            return self._append(self._loaded(), oid, stored, crc)
+
+    def put_absent_many(self, objects: Sequence[tuple[ObjectId, bytes]]) -> list[bool]:
+        """`put_absent` of each object, in order, with one lock round for the batch (a first
+        snapshot writes tens of thousands of small objects: the per-call overhead counts)."""
+        large = self.large_object
+        if self._loose_left > 0 or any(len(stored) > large for _, stored in objects):
+            return [self._put_new(oid, stored) for oid, stored in objects]
+        record_crc = packfile.record_crc
+        crcs = [record_crc(oid, stored) for oid, stored in objects]
+        with self._lock:
             table = self._loaded()
-            if oid in table:  # another thread got there first
-                return False
-            writer = self._writer
-            if writer is None:
-                os.makedirs(self.packs_dir, exist_ok=True)
-                writer = self._writer = PackWriter(self.packs_dir, self.fsync)
-                self._writer_slot = table.new_slot(writer.name)
-                self._listed = self._listed | {writer.name}
-            offset = writer.append(oid, stored, crc)
-            table.add_one(self._writer_slot, oid, offset, len(stored))
-            if writer.size >= self.pack_size:
-                self._seal()
+            append = self._append
+            return [append(table, oid, stored, crc) for (oid, stored), crc in zip(objects, crcs)]
+
+    def _append(self, table: PackTable, oid: ObjectId, stored: bytes, crc: int) -> bool:
+        """Append one record to this instance's open pack (caller holds the lock)."""
+        if table.find(oid) is not None:  # another thread got there first
+            return False
+        writer = self._writer
+        if writer is None:
+            os.makedirs(self.packs_dir, exist_ok=True)
+            writer = self._writer = PackWriter(self.packs_dir, self.fsync)
+            self._writer_slot = table.new_slot(writer.name)
+            self._listed = self._listed | {writer.name}
+        offset = writer.append(oid, stored, crc)
+        table.add_one(self._writer_slot, oid, offset, len(stored))
+        if writer.size >= self.pack_size:
+            self._seal()
         return True
 
     def put_stream(self, oid: ObjectId, chunks: Iterable[bytes]) -> bool:

@@ -1,0 +1,220 @@
+"""`ObjectStore.put_files`: the batch path of a first snapshot gives, file for file, what
+`put_file` gives (same ids, same verified content, per-file errors as values, in order), with
+compression batched on native threads; and `codec.compress_batch` keeps frames in input order."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from objstore import ContentChanged, ObjectStore, PutResult, StoreOptions, codec, hash_bytes
+from objstore import store as store_module
+from objstore.pack import PackedBackend
+
+Content = Callable[[str, int, int], bytes]
+
+
+def write(path: Path, data: bytes) -> bytes:
+    path.write_bytes(data)
+    return os.fsencode(path)
+
+
+def make_files(tmp_path: Path, content: Content) -> tuple[list[bytes], dict[bytes, bytes]]:
+    """A mix: text, tiny, empty, incompressible, a streamed one, duplicates, and failures."""
+    files = tmp_path / "files"
+    files.mkdir()
+    data = {
+        "text": content("text", 20_000, 1),
+        "tiny": b"x" * 10,
+        "empty": b"",
+        "random": content("random", 30_000, 2),
+        "large": content("sparse", 3 << 20, 3),  # above the stream threshold set below
+        "dup1": content("text", 5_000, 4),
+        "dup2": content("text", 5_000, 4),
+        "text2": content("text", 70_000, 5),
+    }
+    paths = []
+    expected: dict[bytes, bytes] = {}
+    for name, blob in data.items():
+        path = write(files / name, blob)
+        paths.append(path)
+        expected[path] = blob
+    (files / "dir").mkdir()
+    os.symlink(files / "text", files / "link")
+    os.mkfifo(files / "fifo")
+    paths[3:3] = [
+        os.fsencode(files / "missing"),
+        os.fsencode(files / "dir"),
+        os.fsencode(files / "link"),
+        os.fsencode(files / "fifo"),
+    ]
+    return paths, expected
+
+
+@pytest.mark.parametrize("layout", ["packed", "loose"])
+@pytest.mark.parametrize("level", [0, 1, 3])
+def test_put_files_matches_put_file_file_for_file(
+    tmp_path: Path, content: Content, layout: str, level: int
+) -> None:
+    paths, expected = make_files(tmp_path, content)
+    options = StoreOptions(compression_level=level, layout=layout,  # type: ignore[arg-type]
+                           stream_threshold=1 << 20)
+    batch = ObjectStore.init(str(tmp_path / "batch"), options)
+    single = ObjectStore.init(str(tmp_path / "single"), options)
+    results = list(batch.put_files(paths, threads=2))
+    assert len(results) == len(paths)
+    for path, result in zip(paths, results):
+        try:
+            want: PutResult | OSError = single.put_file(path)
+        except OSError as exc:
+            want = exc
+        if isinstance(want, OSError):
+            assert type(result) is type(want) and result.errno == want.errno, path
+            continue
+        assert isinstance(result, PutResult), (path, result)
+        assert (result.oid, result.size, result.is_new) == (want.oid, want.size, want.is_new)
+        assert result.oid == hash_bytes(expected[path])
+        assert result.stat.st_ino == os.stat(path).st_ino
+        assert batch.get_bytes(result.oid) == expected[path]
+        if result.is_new:
+            assert result.stored_bytes == batch.backend.stat(result.oid).size
+        else:
+            assert result.stored_bytes == 0
+    by_name = {os.path.basename(p): r for p, r in zip(paths, results)}
+    assert by_name[b"dup1"].is_new and not by_name[b"dup2"].is_new
+    assert isinstance(by_name[b"missing"], FileNotFoundError)
+    assert isinstance(by_name[b"link"], OSError) and by_name[b"link"].errno == errno.ELOOP
+    assert isinstance(by_name[b"dir"], OSError) and isinstance(by_name[b"fifo"], OSError)
+    batch.close()
+    single.close()
+    reopened = ObjectStore.open(str(tmp_path / "batch"), options)  # published, verified
+    for path, result in zip(paths, results):
+        if isinstance(result, PutResult):
+            assert reopened.get_bytes(result.oid) == expected[path]
+    reopened.close()
+
+
+def test_put_files_of_stored_content_is_not_new(tmp_path: Path, content: Content) -> None:
+    paths, _ = make_files(tmp_path, content)
+    store = ObjectStore.init(str(tmp_path / "store"), StoreOptions(stream_threshold=1 << 20))
+    first = [r for r in store.put_files(paths) if isinstance(r, PutResult)]
+    store.sync()
+    again = [r for r in store.put_files(paths) if isinstance(r, PutResult)]
+    assert [r.oid for r in again] == [r.oid for r in first]
+    assert not any(r.is_new or r.stored_bytes for r in again)
+    store.close()
+
+
+def test_put_files_many_batches_stay_in_order_and_in_packs(
+    tmp_path: Path, content: Content
+) -> None:
+    files = tmp_path / "many"
+    files.mkdir()
+    count = store_module._BATCH_ITEMS * 3 + 7  # several batches, several in flight
+    blobs = [content("text", 200 + i * 7, i) + i.to_bytes(4, "little") for i in range(count)]
+    blobs += [content("random", 700_000, 99)] * 5  # batches closed by size, duplicates across
+    paths = [write(files / f"f{i}", blob) for i, blob in enumerate(blobs)]
+    store = ObjectStore.init(str(tmp_path / "store"))
+    results = list(store.put_files(paths, threads=2))
+    assert [r.oid for r in results] == [hash_bytes(b) for b in blobs]  # type: ignore[union-attr]
+    assert sum(r.is_new for r in results) == count + 1  # type: ignore[union-attr]
+    store.close()
+    store = ObjectStore.open(str(tmp_path / "store"))
+    assert isinstance(store.backend, PackedBackend)
+    for blob, result in zip(blobs, results):
+        assert store.get_bytes(result.oid) == blob  # type: ignore[union-attr]
+    assert os.listdir(tmp_path / "store" / "objects" / "packs")
+    store.close()
+
+
+def test_put_files_stopped_early_leaves_a_usable_store_and_no_thread(
+    tmp_path: Path, content: Content
+) -> None:
+    files = tmp_path / "files"
+    files.mkdir()
+    blobs = [content("text", 3_000, i) + bytes([i % 256, i // 256]) for i in range(1_500)]
+    paths = [write(files / f"f{i}", blob) for i, blob in enumerate(blobs)]
+    store = ObjectStore.init(str(tmp_path / "store"))
+    before = threading.active_count()
+    results = store.put_files(paths)
+    taken = [next(results) for _ in range(600)]
+    results.close()  # type: ignore[attr-defined]
+    assert threading.active_count() == before
+    for blob, result in zip(blobs, taken):
+        assert store.get_bytes(result.oid) == blob  # type: ignore[union-attr]
+    again = list(store.put_files(paths))  # the rest is stored by a later call
+    assert [r.oid for r in again] == [hash_bytes(b) for b in blobs]  # type: ignore[union-attr]
+    store.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_put_files_refuses_content_that_differs_from_its_stat(tmp_path: Path) -> None:
+    # A /proc file is a regular file whose stat says 0 bytes but which reads as more: exactly
+    # what a file growing between stat and read looks like. Nothing torn may be stored.
+    path = tmp_path / "ok"
+    path.write_bytes(b"fine" * 100)
+    store = ObjectStore.init(str(tmp_path / "store"))
+    changed, ok = list(store.put_files([b"/proc/self/status", os.fsencode(path)]))
+    assert isinstance(changed, ContentChanged)
+    assert isinstance(ok, PutResult) and store.get_bytes(ok.oid) == b"fine" * 100
+    with pytest.raises(ContentChanged):
+        store.put_file(b"/proc/self/status")
+    assert list(store.backend.iter_ids()) == [ok.oid]
+    store.close()
+
+
+def test_compress_batch_keeps_input_order_for_equal_lengths(content: Content) -> None:
+    # Same lengths, different bytes: a reordering would pass a length check but not this.
+    items = [content("text", 4_000, seed) for seed in range(64)]
+    items += [bytes([i]) * 4_000 for i in range(64)]
+    for threads in (1, 2, 4):
+        frames = codec.compress_batch(items, 3, threads)
+        assert len(frames) == len(items)
+        for item, frame in zip(items, frames):
+            stored = codec.envelope(item, frame)
+            assert codec.decode_object(stored) == item
+    each = codec.compress_each(items, 3)
+    assert [codec.decode_object(codec.envelope(i, f)) for i, f in zip(items, each)] == items
+
+
+def test_envelope_is_what_encode_object_stores(content: Content) -> None:
+    for data in (content("text", 10_000, 1), content("random", 10_000, 2), b"x" * 65):
+        frame = codec.compress_each([data], 3)[0]
+        assert codec.envelope(data, frame) == codec.encode_object(data, 3)
+    assert codec.envelope(b"short", None) == codec.encode_object(b"short", 3)
+
+
+def test_put_absent_refuses_an_object_already_in_the_pack(tmp_path: Path) -> None:
+    (tmp_path / "objects" / "packs").mkdir(parents=True)
+    backend = PackedBackend(str(tmp_path / "objects"), loose_puts=0)
+    oid = hash_bytes(b"content")
+    stored = codec.encode_object(b"content", 3)
+    assert backend.put_absent(oid, stored)
+    assert not backend.put_absent(oid, stored)
+    assert not backend.put(oid, stored)
+    assert backend.get(oid) == stored
+    backend.close()
+
+
+def test_put_absent_many_across_pack_seals_matches_one_at_a_time(tmp_path: Path) -> None:
+    (tmp_path / "objects" / "packs").mkdir(parents=True)
+    backend = PackedBackend(str(tmp_path / "objects"), loose_puts=0, pack_size=64 << 10)
+    blobs = [bytes([i]) * (5_000 + i) for i in range(60)]
+    objects = [(hash_bytes(b), codec.encode_object(b, 0)) for b in blobs]
+    assert backend.put_absent(*objects[3])
+    # already stored, new, and the same id twice in one batch
+    assert backend.put_absent_many(objects + [objects[10]]) == (
+        [i != 3 for i in range(60)] + [False]
+    )
+    backend.close()
+    packs = os.listdir(tmp_path / "objects" / "packs")
+    assert len([p for p in packs if p.endswith(".idx")]) > 2  # sealed along the way
+    reopened = PackedBackend(str(tmp_path / "objects"))
+    for oid, stored in objects:
+        assert reopened.get(oid) == stored
+    reopened.close()
