@@ -46,7 +46,15 @@ from checkpoints.statcache import (
     make_row,
     same_stat,
 )
-from objstore import ContentChanged, EntryKind, ObjectId, ObjectStore, Tree, TreeEntry
+from objstore import (
+    ContentChanged,
+    EntryKind,
+    ObjectId,
+    ObjectStore,
+    PutResult,
+    Tree,
+    TreeEntry,
+)
 
 if TYPE_CHECKING:  # pathspec costs ~60 ms to import: only snapshots pay for it
     from checkpoints.ignore import DirRules, IgnoreRules
@@ -336,20 +344,39 @@ class _Scanner:
         if not jobs:
             return 0
         threads = self.options.threads or os.cpu_count() or 1
-        done = 0
         total = len(jobs)
-        if threads == 1 or total < 4:
-            results = map(self._hash_one, jobs)
-            for ok in results:
-                done += 1
-                self._report("hash", done, total)
-        else:
-            from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 (only with work)
-
-            with ThreadPoolExecutor(max_workers=threads) as pool:
-                for ok in pool.map(self._hash_one, jobs, chunksize=16):
-                    done += 1
-                    self._report("hash", done, total)
+        # One Python thread reads, hashes and stores; the store compresses batches of new
+        # objects on `threads` native threads that never take the GIL. A Python thread pool
+        # calling put_file per file paid a GIL hand-off per syscall (kernel tree: 16 s CPU
+        # instead of 9) and held a Future per job (~100 MB of RSS for 78k files).
+        results = self.store.put_files((job.fs_path for job in jobs), threads=threads)
+        racy_from = self.start_ns - RACY_WINDOW_NS
+        progress = self.progress
+        new_objects = new_bytes = 0
+        for done, (job, result) in enumerate(zip(jobs, results), 1):
+            if isinstance(result, PutResult):  # the loop runs once per file: _record inlined
+                st = result.stat
+                row = job.row
+                # Remember the stat of the content actually stored, not the earlier lstat.
+                row[2:7] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode]
+                row[REF] = result.oid
+                row[RACY] = st.st_mtime_ns >= racy_from
+                if result.is_new:
+                    new_objects += 1
+                    new_bytes += result.stored_bytes
+            elif isinstance(result, ContentChanged):
+                self._hash_one(job)  # changed while read: retried alone, as before
+            elif isinstance(result, FileNotFoundError):
+                job.row[REF] = None  # vanished: not part of this state; dropped at build
+                job.node.clean = False
+            else:
+                job.row[REF] = None
+                self._skip(job.key, f"unreadable: {result.strerror}", job.node)
+            if progress is not None:
+                progress("hash", done, total)
+        with _COUNT_LOCK:
+            self.new_objects += new_objects
+            self.new_bytes += new_bytes
         return total
 
     def _hash_one(self, job: _Job) -> bool:
@@ -366,17 +393,20 @@ class _Scanner:
                 job.row[REF] = None
                 self._skip(job.key, f"unreadable: {exc.strerror}", job.node)  # thread-safe
                 return False
-            st = result.stat
-            # Remember the stat of the content actually stored, not the earlier lstat.
-            job.row[2:7] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode]
-            job.row[REF] = result.oid
-            job.row[RACY] = st.st_mtime_ns >= self.start_ns - RACY_WINDOW_NS
-            if result.is_new:
-                self._count_new(result.stored_bytes)
+            self._record(job, result)
             return True
         job.row[REF] = None
         self._skip(job.key, "changed", job.node)
         return False
+
+    def _record(self, job: _Job, result: PutResult) -> None:
+        st = result.stat
+        # Remember the stat of the content actually stored, not the earlier lstat.
+        job.row[2:7] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode]
+        job.row[REF] = result.oid
+        job.row[RACY] = st.st_mtime_ns >= self.start_ns - RACY_WINDOW_NS
+        if result.is_new:
+            self._count_new(result.stored_bytes)
 
     def _count_new(self, stored: int) -> None:
         # Called from worker threads; int += under the GIL is not atomic, so lock-free

@@ -162,6 +162,22 @@ class CallCounter:
             return original(*args, **kwargs)
 
         setattr(owner, name, wrapper)
+        self._batch = name == "put_file" and hasattr(owner, "put_files")
+        if self._batch:
+            # The scanner reads files in batches through `put_files`: each path it takes from
+            # the iterable is one content read, as one `put_file` call was.
+            batched = owner.put_files  # type: ignore[attr-defined]
+
+            def batch_wrapper(paths: Any, *args: Any, **kwargs: Any) -> Any:
+                def counted() -> Any:
+                    for path in paths:
+                        with self._lock:
+                            self.calls.append(path)
+                        yield path
+
+                return batched(counted(), *args, **kwargs)
+
+            owner.put_files = batch_wrapper  # type: ignore[attr-defined]
 
     @property
     def count(self) -> int:
@@ -173,6 +189,8 @@ class CallCounter:
 
     def restore(self) -> None:
         delattr(self.owner, self.name)  # the instance attribute shadowed the class's method
+        if self._batch:
+            delattr(self.owner, "put_files")
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ def test_missing_file_gives_defaults(tmp_path: Path) -> None:
 def test_defaults_are_the_documented_ones() -> None:
     cfg = StoreConfig()
     assert (cfg.compression_level, cfg.threads, cfg.fsync, cfg.max_file_size) == (
-        3, 0, "batch", 100 * 1024 * 1024)
+        1, 0, "batch", 100 * 1024 * 1024)
     assert (cfg.retention_cap, cfg.extra_ignore, cfg.use_gitignore) == (0, (), True)
     assert (cfg.gc_grace_seconds, cfg.lock_timeout) == (3600, 10.0)
     assert CONFIG_KEYS == tuple(f.name for f in dataclasses.fields(StoreConfig))

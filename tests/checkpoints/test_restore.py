@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 from checkpoints.config import read_config, write_config
 from checkpoints.errors import RestoreIncomplete
 from checkpoints.service import Checkpoints
+from checkpoints.statcache import RACY_WINDOW_NS
 from objstore import EntryKind, InvalidTree, Tree, TreeEntry
 
 
@@ -474,9 +476,11 @@ def test_restore_after_20_edits_in_3000_files_rewrites_exactly_the_edited_paths(
 def test_next_snapshot_after_a_restore_reads_at_most_what_the_restore_wrote(root: str, service: Checkpoints) -> None:
     for index in range(50):
         h.write_file(root, f"f{index:02}", b"v1 %d" % index)
+    time.sleep(2 * RACY_WINDOW_NS / 1e9)  # settled: only what the restore writes may be racy
     record = service.create()
     for index in range(0, 50, 5):
         h.write_file(root, f"f{index:02}", b"v2 %d" % index)
+    time.sleep(2 * RACY_WINDOW_NS / 1e9)
     service.create()
     service.restore(record.id, save=False)
     # The restore taught the stat cache what it wrote; a file written within the racy window

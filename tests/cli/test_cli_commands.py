@@ -466,7 +466,7 @@ def test_events(initialized: Path, ckpt_in: CkptIn) -> None:
 
 def test_config_get_set_list(initialized: Path, ckpt_in: CkptIn) -> None:
     run = ckpt_in("config", "get", "compression_level")
-    assert (run.code, run.stdout, run.stderr) == (0, "3\n", "")
+    assert (run.code, run.stdout, run.stderr) == (0, "1\n", "")
     run = ckpt_in("config", "set", "extra_ignore", "*.log, build/")
     assert (run.code, run.stdout) == (0, "extra_ignore = *.log,build/\n")
     assert json.loads(ckpt_in("config", "get", "extra_ignore", "--json").stdout) == {
