@@ -31,7 +31,7 @@ API (what `cli/` calls; keep it stable)::
   to the first snapshot (its pre-restore save included), checked to reproduce the tree; plus the
   store size after the first snapshot. ``repeats`` > 1 takes medians over fresh stores.
 - Recommendation: among rows whose store (allocated bytes) is within 10% of the smallest, the
-  one with the lowest snapshot + no-change + restore time; the defaults (level 3, threads 0)
+  one with the lowest snapshot + no-change + restore time; the defaults (StoreConfig's level and threads)
   when they are within 5% of that, since smaller differences are noise on a shared machine.
 
 Must not: write anywhere but its own scratch directory (removed at the end), print, or exit.
@@ -63,7 +63,7 @@ from checkpoints.service import STORE_NAME, Checkpoints
 
 DEFAULT_LEVELS = (1, 3, 6)
 DEFAULT_THREADS = (1, 0)
-DEFAULT_SETTING = (3, 0)  # StoreConfig's compression_level and threads
+DEFAULT_SETTING = (StoreConfig().compression_level, StoreConfig().threads)
 STORE_SLACK = 1.10  # "within 10% of the smallest store"
 DEFAULT_SLACK = 1.05  # keep the defaults when they are this close to the fastest
 RACY_PAUSE_S = 0.03  # > checkpoints.statcache.RACY_WINDOW_NS: a real turn takes seconds

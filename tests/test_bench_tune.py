@@ -19,6 +19,7 @@ import pytest
 
 from bench.tune import (
     DEFAULT_LEVELS,
+    DEFAULT_SETTING,
     DEFAULT_THREADS,
     TuningError,
     TuningRow,
@@ -192,12 +193,13 @@ def row(level: int, threads: int, total: float, store: int) -> TuningRow:
 
 
 def test_recommendation_is_fastest_within_ten_percent_of_smallest_store() -> None:
-    rows = [row(1, 1, 1.0, 130), row(3, 1, 2.0, 105), row(6, 1, 4.0, 100), row(3, 0, 1.8, 108)]
+    default = DEFAULT_SETTING
+    rows = [row(9, 1, 1.0, 130), row(5, 1, 2.0, 105), row(6, 1, 4.0, 100), row(*default, 1.8, 108)]
     rec = recommend(rows)
-    assert (rec.compression_level, rec.threads) == (3, 0)  # level 1 is fastest but 30% larger
-    rows[3] = row(3, 0, 2.05, 108)  # defaults within 5% of the fastest (level 3, 1 thread)
-    assert (recommend(rows).compression_level, recommend(rows).threads) == (3, 0)
+    assert (rec.compression_level, rec.threads) == default  # level 9 is fastest but 30% larger
+    rows[3] = row(*default, 2.05, 108)  # defaults within 5% of the fastest (level 5, 1 thread)
+    assert (recommend(rows).compression_level, recommend(rows).threads) == default
     assert "defaults" in recommend(rows).reason
-    rows[3] = row(3, 0, 3.0, 108)
-    assert (recommend(rows).compression_level, recommend(rows).threads) == (3, 1)
+    rows[3] = row(*default, 3.0, 108)
+    assert (recommend(rows).compression_level, recommend(rows).threads) == (5, 1)
 
