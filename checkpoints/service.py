@@ -36,15 +36,6 @@ from checkpoints.journal import RestoreIntent, clear_intent, read_intent, write_
 from checkpoints.lock import RootLock
 from checkpoints.model import CheckpointRecord, CheckpointStats, Event, new_checkpoint_id
 from checkpoints.paths import RelPath, parse_relpath, user_path_to_rel
-from checkpoints.plan import RestorePlan, plan_restore
-from checkpoints.reports import (
-    CheckReport,
-    FileEntry,
-    PruneReport,
-    RestoreReport,
-    StoreStats,
-)
-from checkpoints.restore import ApplyReport, apply_plan, describe_conflicts, stage_files
 from checkpoints.retention import select_over_cap, select_prunable
 from checkpoints.scan import ProgressFn, ScanOptions, ScanResult, scan_paths, scan_workspace
 from checkpoints.statcache import (
@@ -60,8 +51,13 @@ from checkpoints.statcache import (
 from objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, TreeEntry, hash_bytes
 from objstore.errors import ObjstoreError, StoreNotFound
 
+# The restore side (plan, restore, reports) is imported where it is used: a `ckpt create` is
+# one process start, and those modules' classes cost ~10 ms to build for nothing.
 if TYPE_CHECKING:
     from checkpoints.ignore import IgnoreRules
+    from checkpoints.plan import RestorePlan
+    from checkpoints.reports import CheckReport, FileEntry, PruneReport, RestoreReport, StoreStats
+    from checkpoints.restore import ApplyReport
     from objstore.gc import GcReport
 
 Clock = Callable[[], datetime]
@@ -324,6 +320,8 @@ class Checkpoints:
                                    root=self.root)
 
     def files(self, ref: str) -> builtins.list[FileEntry]:
+        from checkpoints.reports import FileEntry  # noqa: PLC0415 (see the imports)
+
         record = self.get(ref)
         return [FileEntry(path, e.kind, e.size, e.oid, e.target)
                 for path, e in iter_leaves(self.objects.get_tree, record.tree, None)]
@@ -414,11 +412,15 @@ class Checkpoints:
             )
             plan = self._plan(intent, current)
             if dry_run:
+                from checkpoints.restore import ApplyReport  # noqa: PLC0415 (see the imports)
+
                 return self._report(target, plan, ApplyReport(), None, (), True, started)
             return self._execute(intent, target, plan, started, progress)
 
     def _plan(self, intent: RestoreIntent, current: ObjectId) -> RestorePlan:
         """Plan from `current`, the state the scan just saw (and wrote to the stat cache)."""
+        from checkpoints.plan import plan_restore  # noqa: PLC0415 (see the imports)
+
         return plan_restore(self.objects.get_tree, current, intent.tree, scope=intent.scope,
                             covered=intent.covered, absent_parents=intent.absent_parents,
                             keep=intent.keep, only=intent.only, reserved=self._store_rel(),
@@ -445,6 +447,8 @@ class Checkpoints:
     def _execute(self, intent: RestoreIntent, target: CheckpointRecord, plan: RestorePlan,
                  started: float, progress: ProgressFn | None, *,
                  resuming: bool = False) -> RestoreReport:
+        from checkpoints.restore import ApplyReport, describe_conflicts  # noqa: PLC0415
+
         if plan.is_empty and not resuming:
             applied = ApplyReport()  # nothing to write, so nothing to journal or stage
         else:
@@ -475,6 +479,8 @@ class Checkpoints:
 
     def _apply_journaled(self, intent: RestoreIntent, plan: RestorePlan,
                          progress: ProgressFn | None, *, resuming: bool) -> ApplyReport:
+        from checkpoints.restore import apply_plan, stage_files  # noqa: PLC0415
+
         with _naming(self._journal_path):
             write_intent(self._journal_path, intent)
         try:
@@ -492,6 +498,8 @@ class Checkpoints:
 
     def _report(self, target: CheckpointRecord, plan: RestorePlan, applied: ApplyReport,
                 pre: str | None, discarded: tuple[str, ...], dry_run: bool, started: float) -> RestoreReport:
+        from checkpoints.reports import RestoreReport  # noqa: PLC0415 (see the imports)
+
         if dry_run:
             written = len(plan.writes) + len(plan.chmods)
             deleted = sum(1 for r in plan.removals + plan.pre_removals if r.kind is not EntryKind.TREE)
@@ -566,6 +574,8 @@ class Checkpoints:
         covered = intent.covered if intent.scope == "paths" else None
         plan = self._plan(intent, self._scan(covered, None).tree)
         if target is None:  # pruned meanwhile: finish the tree, skip the bookkeeping
+            from checkpoints.restore import apply_plan, stage_files  # noqa: PLC0415
+
             try:
                 with _naming(intent.staging):
                     staged = stage_files(plan, self.objects, intent.staging)
@@ -608,6 +618,8 @@ class Checkpoints:
     def prune(self, *, reason: str | None = None, turn_id: str | None = None,
               keep_latest: int | None = None, older_than: timedelta | None = None,
               dry_run: bool = False, collect: bool = True) -> PruneReport:
+        from checkpoints.reports import PruneReport  # noqa: PLC0415 (see the imports)
+
         victims = select_prunable(self.history(), now=self._clock(), reason=reason,
                                   turn_id=turn_id, keep_latest=keep_latest, older_than=older_than)
         ids = tuple(r.id for r in victims)
@@ -657,6 +669,7 @@ class Checkpoints:
 
     def fsck(self, *, full: bool = False) -> CheckReport:
         records = self.catalog.history(session=None)
+        from checkpoints.reports import CheckReport  # noqa: PLC0415 (see the imports)
         from objstore.fsck import check_store  # noqa: PLC0415 (off the start-up path)
 
         report = check_store(self.objects, [r.tree for r in records], full=full)
@@ -684,6 +697,8 @@ class Checkpoints:
         return tuple(found), tuple(caches)
 
     def stats(self) -> StoreStats:
+        from checkpoints.reports import StoreStats  # noqa: PLC0415 (see the imports)
+
         backend = self.objects.backend
         count = stored = 0
         for oid in backend.iter_ids():

@@ -8,12 +8,10 @@ filesystem at `sync()`, i.e. once per checkpoint); `full` (file and directory on
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
+import functools
 import os
-import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
 from objstore.backend import FsyncPolicy, ObjectStat
@@ -24,15 +22,26 @@ _TEMP_PREFIX = ".tmp-"
 _HEX_CHARS = frozenset("0123456789abcdef")
 
 
-def _load_syncfs() -> object | None:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.syncfs
-    except (OSError, AttributeError):
-        return None
+@functools.cache
+def _syncfs() -> Callable[[int], int] | None:
+    """libc's syncfs(2), loaded on first use: ctypes (and find_library, which may run
+    ldconfig) stays off the start-up of every command that never syncs."""
+    import ctypes  # noqa: PLC0415
+    import ctypes.util  # noqa: PLC0415
+
+    for attempt in range(2):
+        name = "libc.so.6" if attempt == 0 else ctypes.util.find_library("c")
+        try:
+            return ctypes.CDLL(name, use_errno=True).syncfs
+        except (OSError, AttributeError, TypeError):
+            continue
+    return None
 
 
-_SYNCFS = _load_syncfs()
+def _errno() -> int:
+    import ctypes  # noqa: PLC0415
+
+    return ctypes.get_errno()
 
 
 def fsync_dir(path: str) -> None:
@@ -88,7 +97,7 @@ class LocalBackend:
         if directory not in self._made_dirs:
             os.makedirs(directory, exist_ok=True)
             self._made_dirs.add(directory)
-        temp = f"{directory}/{_TEMP_PREFIX}{secrets.token_hex(6)}"
+        temp = f"{directory}/{_TEMP_PREFIX}{os.urandom(6).hex()}"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
         try:
             with os.fdopen(fd, "wb", buffering=0, closefd=True) as out:
@@ -146,9 +155,10 @@ class LocalBackend:
             return
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            if _SYNCFS is None or _SYNCFS(fd) != 0:  # type: ignore[operator]
-                err = ctypes.get_errno()
-                if _SYNCFS is not None and err not in (0, errno.ENOSYS):
+            syncfs = _syncfs()
+            if syncfs is None or syncfs(fd) != 0:
+                err = _errno() if syncfs is not None else 0
+                if syncfs is not None and err not in (0, errno.ENOSYS):
                     raise OSError(err, os.strerror(err), self.path)
                 os.sync()
         finally:

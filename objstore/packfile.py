@@ -23,7 +23,6 @@ from __future__ import annotations
 import fcntl
 import io
 import os
-import secrets
 import struct
 import sys
 import zlib
@@ -130,7 +129,7 @@ def write_index(directory: str, name: str, entries: Iterable[Entry], pack_size: 
                 fsync: FsyncPolicy) -> None:
     """Publish an index atomically (temp + rename); durable unless the policy is `none`."""
     data = encode_index(entries, pack_size)
-    temp = f"{directory}/{TEMP_PREFIX}{name}-{secrets.token_hex(4)}.idx"
+    temp = f"{directory}/{TEMP_PREFIX}{name}-{os.urandom(4).hex()}.idx"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
     try:
         with os.fdopen(fd, "wb", closefd=True) as out:
@@ -283,7 +282,7 @@ class PackWriter:
     def __init__(self, directory: str, fsync: FsyncPolicy) -> None:
         self.directory = directory
         self.fsync = fsync
-        self.name = f"pack-{secrets.token_hex(10)}"
+        self.name = f"pack-{os.urandom(10).hex()}"
         self.path = pack_path(directory, self.name)
         temp = f"{directory}/{TEMP_PREFIX}{self.name}.pack"
         self.fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)

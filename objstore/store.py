@@ -12,9 +12,8 @@ import os
 import stat as statmod
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 from objstore import codec
 from objstore.backend import Backend, FsyncPolicy
@@ -23,6 +22,9 @@ from objstore.ids import ObjectId, StreamHasher, hash_bytes
 from objstore.local import LocalBackend
 from objstore.objects import Tree
 from objstore.pack import PACKS_DIR, PackedBackend
+
+if TYPE_CHECKING:  # thread pools only where a batch put runs: off every command's start-up
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 FORMAT_VERSION = 1
 FORMAT_FILE = "format"
@@ -156,6 +158,8 @@ class ObjectStore:
         yielded once its object is written; memory stays bounded by a few batches. Files
         above `stream_threshold` stream through `put_file`'s path, in this thread.
         """
+        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 (see the imports)
+
         level = self.options.compression_level
         workers = threads or os.cpu_count() or 1
         pool = (
