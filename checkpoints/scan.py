@@ -1,13 +1,14 @@
 """Snapshot scan: walk a workspace, hash what changed, and build its Merkle tree bottom-up.
 
-Three phases, so hashing can use every core (BLAKE3 and zstd release the GIL):
+Three phases, so the walk and compression can use every core without the GIL:
 1. walk: breadth first, each level of directories listed and lstat'ed in one batch by
    `dirlisting.scan_dirs` (native, threaded, without the GIL). A directory whose listing equals
    the cached one — and whose ignore rules cannot have changed — takes its rows from the cache
    without looking at a single entry; otherwise each entry is a stat-cache hit (id reused, file
    not read) or a job. Ignore rules are only loaded for directories that need them;
-2. hash: jobs run in a thread pool through `ObjectStore.put_file` (never follows symlinks;
-   a file that changes while read is retried, then skipped as "changed", never stored torn);
+2. hash: jobs go through `ObjectStore.put_files` (one Python thread reads and hashes; new
+   objects are compressed in batches on native threads; never follows symlinks; a file that
+   changes while read is retried, then skipped as "changed", never stored torn);
 3. build: directories bottom-up; a directory whose rows and subtrees all match the cache keeps
    its cached tree id without being re-encoded, so an unchanged subtree costs one listing.
 
