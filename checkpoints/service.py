@@ -39,13 +39,11 @@ from checkpoints.paths import RelPath, parse_relpath, user_path_to_rel
 from checkpoints.retention import select_over_cap, select_prunable
 from checkpoints.scan import ProgressFn, ScanOptions, ScanResult, scan_paths, scan_workspace
 from checkpoints.statcache import (
-    NAME,
-    DirRecord,
     StatCache,
     check_stat_cache,
     leaf_counts,
-    make_row,
     read_stat_cache,
+    record_restored,
     write_stat_cache,
 )
 from objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, TreeEntry, hash_bytes
@@ -517,33 +515,8 @@ class Checkpoints:
         if not applied.written_files and not applied.removed_paths:
             return
         cache = self._current_cache()
-        now_ns = time.time_ns()
-        touched: set[bytes] = set()
-        for written in applied.written_files:
-            parent, _, name = written.path.rpartition(b"/")
-            record = cache.dirs.get(parent)
-            if record is None:
-                record = cache.dirs[parent] = DirRecord(b"", 0, 0, [])
-            rows = [r for r in record.rows if r[NAME] != name]
-            rows.append(make_row(name, int(written.kind), written.stat, written.ref, now_ns))
-            rows.sort(key=lambda r: r[NAME])
-            record.rows = rows
-            touched.add(parent)
-        for path in applied.removed_paths:
-            parent, _, name = path.rpartition(b"/")
-            record = cache.dirs.get(parent)
-            if record is not None:
-                record.rows = [r for r in record.rows if r[NAME] != name]
-                touched.add(parent)
-        # A directory whose rows changed no longer has its cached tree id, nor do its parents.
-        for key in touched:
-            while True:
-                record = cache.dirs.get(key)
-                if record is not None:
-                    record.tree = b""
-                if not key:
-                    break
-                key = key.rpartition(b"/")[0]
+        record_restored(cache, ((w.path, int(w.kind), w.stat, w.ref) for w in applied.written_files),
+                        applied.removed_paths, time.time_ns())
         write_stat_cache(self._cache_path, cache)
 
     def _pending_intent(self) -> RestoreIntent | None:

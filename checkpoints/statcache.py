@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -184,6 +185,38 @@ def read_stat_cache(path: str, *, gc_generation: int) -> StatCache:
         return StatCache(gc_generation=gc_generation)
     return StatCache(dirs, gc_generation, settings,
                      needs_verification=cached_generation != gc_generation)
+
+
+def record_restored(cache: StatCache, written: Iterable[tuple[bytes, int, StatLike, bytes]],
+                    removed: Iterable[bytes], now_ns: int) -> None:
+    """Teach `cache` what a restore wrote ((path, kind, stat, ref) per file or link) and
+    removed, so the next snapshot does not read it again. A directory whose rows change loses
+    its tree id and listing, and so do its ancestors' tree ids."""
+    touched: set[bytes] = set()
+    for path, kind, st, ref in written:
+        parent, _, name = path.rpartition(b"/")
+        record = cache.dirs.get(parent)
+        if record is None:
+            record = cache.dirs[parent] = DirRecord(b"", 0, 0, [])
+        rows = [r for r in record.rows if r[NAME] != name]
+        rows.append(make_row(name, kind, st, ref, now_ns))
+        rows.sort(key=lambda r: r[NAME])
+        record.rows = rows
+        touched.add(parent)
+    for path in removed:
+        parent, _, name = path.rpartition(b"/")
+        record = cache.dirs.get(parent)
+        if record is not None:
+            record.rows = [r for r in record.rows if r[NAME] != name]
+            touched.add(parent)
+    for key in touched:
+        while True:
+            record = cache.dirs.get(key)
+            if record is not None:
+                record.tree = b""
+            if not key:
+                break
+            key = key.rpartition(b"/")[0]
 
 
 def leaf_counts(cache: StatCache) -> dict[bytes, int]:

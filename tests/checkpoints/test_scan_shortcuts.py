@@ -29,7 +29,18 @@ from checkpoints.config import set_config_value
 from checkpoints.ignore import IgnoreRules
 from checkpoints.scan import ScanOptions, scan_workspace
 from checkpoints.service import Checkpoints
-from checkpoints.statcache import RACY_WINDOW_NS, StatCache
+from checkpoints.statcache import (
+    NAME,
+    RACY,
+    RACY_WINDOW_NS,
+    REF,
+    DirRecord,
+    StatCache,
+    leaf_counts,
+    read_stat_cache,
+    record_restored,
+    write_stat_cache,
+)
 from objstore import ObjectStore
 
 SETTLE = 2 * RACY_WINDOW_NS / 1e9  # seconds: edits before this are outside the racy window
@@ -309,3 +320,45 @@ def test_a_scan_with_shortcuts_equals_a_scan_without_a_cache(
             assert warm.tree == cold.tree, ops
             assert warm.skipped == cold.skipped
     monkeypatch.undo()
+
+
+# -- the stat cache's records (pure, no scan) ---------------------------------------------------
+
+
+def _record(tree: bytes, names: list[bytes], listing: bytes = b"L") -> DirRecord:
+    rows = [[n, 1, 1, 1, 1, 1, 0o100644, b"o" * 32, False] for n in names]
+    return DirRecord(tree, len(names), len(names), rows, listing=listing, ignores=[],
+                     subdirs=[], ignored=[], leaves=len(names))
+
+
+def test_a_restore_drops_the_ids_and_listings_it_invalidates_and_nothing_else(
+        tmp_path: Path) -> None:
+    cache = StatCache({b"": _record(b"T0", [b"a"]), b"a": _record(b"T1", [b"b"]),
+                       b"a/b": _record(b"T2", [b"f", b"g"]), b"z": _record(b"T3", [b"h"])})
+    (tmp_path / "just-written").write_bytes(b"x")
+    st = os.stat(tmp_path / "just-written")
+    record_restored(cache, [(b"a/b/f", 1, st, b"n" * 32), (b"a/b/new", 1, st, b"m" * 32)],
+                    [b"a/b/g"], time.time_ns())
+    changed = cache.dirs[b"a/b"]
+    assert [r[NAME] for r in changed.rows] == [b"f", b"new"]
+    assert [r[REF] for r in changed.rows] == [b"n" * 32, b"m" * 32]
+    assert all(r[RACY] for r in changed.rows)  # just written: read once more next time
+    assert (changed.tree, changed.listing) == (b"", b"")  # no shortcut, no reuse
+    assert cache.dirs[b"a"].tree == cache.dirs[b""].tree == b""  # ancestors lose their ids
+    assert cache.dirs[b"a"].listing == b"L"  # their own entries did not change
+    assert (cache.dirs[b"z"].tree, cache.dirs[b"z"].listing) == (b"T3", b"L")
+    assert leaf_counts(cache) == {b"T3": 1}
+
+
+def test_a_cache_round_trips_with_rows_left_packed_until_asked(tmp_path: Path) -> None:
+    cache = StatCache({b"": _record(b"T0", [b"a", b"b"]), b"d": _record(b"T1", [b"c"], b"")},
+                      gc_generation=3, settings="s")
+    path = str(tmp_path / "statcache")
+    write_stat_cache(path, cache)
+    again = read_stat_cache(path, gc_generation=3)
+    assert (again.settings, again.needs_verification) == ("s", False)
+    assert {k: (r.tree, r.listing, r.leaves) for k, r in again.dirs.items()} == {
+        b"": (b"T0", b"L", 2), b"d": (b"T1", b"", 1)}
+    assert again.dirs[b""]._rows is None  # not decoded by loading
+    assert again.dirs[b""].rows == cache.dirs[b""].rows
+    assert read_stat_cache(path, gc_generation=4).needs_verification
