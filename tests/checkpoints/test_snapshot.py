@@ -25,14 +25,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nobody import NOBODY, run_as_nobody  # tests/checkpoints is on pytest's `pythonpath`
 
 from checkpoints.config import set_config_value
 from checkpoints.model import CheckpointRecord
 from checkpoints.service import Checkpoints
 from objstore import EntryKind, hash_bytes
-
-NOBODY = 65534
-
 
 # -- the record ------------------------------------------------------------------------------
 
@@ -349,42 +347,6 @@ def test_files_over_max_file_size_are_skipped_and_listed(
     assert later.stats.files == 0
 
 
-def _run_as_nobody(job: Callable[[], Any]) -> Any:
-    """Run `job` in a forked child that dropped root for uid/gid 65534; return its JSON result.
-
-    Root reads mode-000 files regardless, so unreadability can only be real for another user.
-    A fork (not a new interpreter) because the interpreter lives under /root, which only root
-    may enter; everything the job needs is imported already.
-    """
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        code = 1
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            payload = {"result": job()}
-            code = 0
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
-            payload = {"error": repr(exc)}
-        finally:
-            try:
-                os.write(write_end, json.dumps(payload).encode())
-            finally:
-                os._exit(code)
-    os.close(write_end)
-    chunks = []
-    while chunk := os.read(read_end, 65536):
-        chunks.append(chunk)
-    os.close(read_end)
-    _, status = os.waitpid(pid, 0)
-    answer = json.loads(b"".join(chunks) or b"{}")
-    assert os.waitstatus_to_exitcode(status) == 0, answer
-    return answer["result"]
-
-
 def test_unreadable_files_and_directories_are_skipped_and_listed(tmp_path: Path) -> None:
     as_root = os.geteuid() == 0
     # As root the snapshot runs as "nobody": the workspace must be reachable for it, and
@@ -407,7 +369,7 @@ def test_unreadable_files_and_directories_are_skipped_and_listed(tmp_path: Path)
         if as_root:
             os.chown(base, NOBODY, NOBODY)
             os.chown(ws, NOBODY, NOBODY)  # the child creates the store inside
-            record_id, euid = _run_as_nobody(snapshot)
+            record_id, euid = run_as_nobody(snapshot)
             assert euid == NOBODY
         else:
             record_id, _ = snapshot()

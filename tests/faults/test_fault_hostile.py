@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import io
-import json
 import os
 import random
 import shutil
@@ -29,12 +28,12 @@ import tempfile
 import threading
 import time
 import unicodedata
-from collections.abc import Callable
 from typing import Any
 
 import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import msgpack
 import pytest
+from nobody import NOBODY, run_as_nobody  # tests/checkpoints is on pytest's `pythonpath`
 
 from checkpoints.errors import RestoreIncomplete
 from checkpoints.service import Checkpoints
@@ -42,7 +41,6 @@ from objstore import EntryKind, ObjectId, ObjectStore, hash_bytes
 
 WIDE = h.scale(20_000, 100_000)
 GROWTH_RUNS = h.scale(4, 20)
-NOBODY = 65534
 
 
 def read(*parts: str | bytes) -> bytes:
@@ -374,37 +372,6 @@ def test_one_directory_with_very_many_entries(base: str) -> None:
 # -- permissions -----------------------------------------------------------------------------
 
 
-def as_nobody(job: Callable[[], Any]) -> Any:
-    """Run `job` in a forked child that dropped root for uid/gid 65534; its JSON result."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 1
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            payload = {"result": job()}
-            code = 0
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
-            payload = {"error": repr(exc)}
-        finally:
-            try:
-                os.write(write_end, json.dumps(payload).encode())
-            finally:
-                os._exit(code)
-    os.close(write_end)
-    chunks = []
-    while chunk := os.read(read_end, 65536):
-        chunks.append(chunk)
-    os.close(read_end)
-    _, status = os.waitpid(pid, 0)
-    answer = json.loads(b"".join(chunks) or b"{}")
-    assert os.waitstatus_to_exitcode(status) == 0, answer
-    return answer["result"]
-
-
 def cli_as_nobody(root: str, *args: str) -> tuple[int, str, str]:
     """`ckpt ARGS` (the CLI's own entry code) run by "nobody"; (exit code, stdout, stderr)."""
     # The interpreter and its packages live under /root, which "nobody" cannot enter:
@@ -427,7 +394,7 @@ def cli_as_nobody(root: str, *args: str) -> tuple[int, str, str]:
                 texts.append(stream.read())
         return code, texts[0], texts[1]
 
-    return tuple(as_nobody(job))  # type: ignore[return-value]
+    return tuple(run_as_nobody(job))  # type: ignore[return-value]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop privileges")
