@@ -9,6 +9,8 @@ committed, then the checkpoint reported. It never prints and never exits.
 from __future__ import annotations
 
 import builtins
+import contextlib
+import dataclasses
 import glob
 import os
 import random
@@ -620,7 +622,25 @@ class Checkpoints:
                                      now=time.time(), dry_run=dry_run)
             if report.objects_removed and not dry_run:
                 self._bump_gc_generation()
+            if not dry_run:
+                swept = self._sweep_temporaries(time.time() - grace)
+                report = dataclasses.replace(
+                    report, temporaries_removed=report.temporaries_removed + swept)
             return report
+
+    def _sweep_temporaries(self, older_than: float) -> int:
+        """Remove what a kill between writing and renaming left of the store's own small files
+        (stat caches, journals, the gc generation): nobody writes them while gc holds its
+        exclusive lock, so the age limit is only a second guard."""
+        store = glob.escape(self.store_dir)
+        removed = 0
+        for path in (glob.glob(os.path.join(store, "roots", "*", "*.tmp-*"))
+                     + glob.glob(os.path.join(store, "gc-generation.tmp-*"))):
+            with contextlib.suppress(FileNotFoundError):
+                if os.lstat(path).st_mtime < older_than:
+                    os.unlink(path)
+                    removed += 1
+        return removed
 
     def _journaled_trees(self) -> builtins.list[ObjectId]:
         """Targets of killed restores (any root of this store) not yet completed: live for gc,

@@ -220,3 +220,28 @@ def test_200_turns_pruned_to_10_and_collected_are_no_bigger_than_a_fresh_store_o
     assert pruned_objects / fresh_objects <= 1.2, (pruned_objects, fresh_objects)
     ratio = pruned_disk / fresh_disk
     assert ratio <= 1.2, f"pruned store {pruned_disk} B on disk vs fresh {fresh_disk} B: {ratio:.3f}"
+
+
+def test_gc_sweeps_temporaries_a_kill_left_of_caches_and_journals(root: str, service: Checkpoints) -> None:
+    h.write_file(root, "a.txt", b"a")
+    first = service.create()
+    root_dirs = [os.path.join(service.store_dir, "roots", d)
+                 for d in os.listdir(os.path.join(service.store_dir, "roots"))]
+    leftovers = [os.path.join(root_dirs[0], "statcache.tmp-0a1b2c3d"),
+                 os.path.join(root_dirs[0], "journal.tmp-deadbeef"),
+                 os.path.join(service.store_dir, "gc-generation.tmp-01234567")]
+    for path in leftovers:
+        with open(path, "wb") as out:
+            out.write(b"torn")
+        os.utime(path, (1, 1))  # older than any grace period
+    young = os.path.join(root_dirs[0], "statcache.tmp-fffffff0")
+    with open(young, "wb") as out:
+        out.write(b"being written, as far as gc can tell")
+
+    assert service.gc(dry_run=True).temporaries_removed == 0
+    assert all(os.path.exists(p) for p in leftovers)
+    report = service.gc(grace_seconds=60)
+    assert report.temporaries_removed == 3
+    assert not any(os.path.exists(p) for p in leftovers) and os.path.exists(young)
+    assert os.path.exists(os.path.join(root_dirs[0], "statcache"))  # the real files stay
+    assert service.create().tree == first.tree  # and snapshots go on
