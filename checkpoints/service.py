@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
+import gc
 import glob
 import os
 import random
@@ -63,6 +64,22 @@ if TYPE_CHECKING:
 Clock = Callable[[], datetime]
 Listener = Callable[[Event], None]
 STORE_NAME = ".ckpt"
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection during a snapshot or restore: a scan allocates tens of
+    thousands of container objects, each batch of which triggers a collection that traverses
+    the whole heap (Linux, no-change, in a process that took a first snapshot: 200-470 ms with
+    it, 155-190 without). Reference counting still frees everything acyclic; the few cycles (a
+    scan's directory nodes) wait for the next collection after the operation."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _utc_now() -> datetime:
@@ -170,11 +187,12 @@ class Checkpoints:
                       shared=True, purpose=purpose):
             with RootLock(os.path.join(self._root_dir, "lock"), timeout=self.config.lock_timeout,
                           purpose=purpose):
-                self._complete_interrupted_restore()
-                try:
-                    yield
-                finally:
-                    self._scanned_cache = None
+                with _cyclic_gc_paused():
+                    self._complete_interrupted_restore()
+                    try:
+                        yield
+                    finally:
+                        self._scanned_cache = None
 
     def _store_rel(self) -> list[RelPath]:
         rel = os.path.relpath(self.store_dir, self.root)
