@@ -105,10 +105,6 @@ def iter_listing(listing: bytes) -> Iterator[ListedEntry]:
         yield ListedEntry(listing[start:offset], mode, size, mtime, ctime, ino)
 
 
-def listing_names(listing: bytes) -> list[bytes]:
-    return [entry.name for entry in iter_listing(listing)]
-
-
 class MaybeNames:
     """A cheap stand-in for the set of names in a listing, for callers that only use it to skip
     lookups: `name in it` is True for every name present (and rarely for one that is not: the

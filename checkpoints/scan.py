@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import stat as statmod
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -68,7 +67,6 @@ _LINK = int(EntryKind.SYMLINK)
 _TREE = int(EntryKind.TREE)
 _TOMB = int(EntryKind.TOMBSTONE)
 _KIND_OF = {int(kind): kind for kind in EntryKind}  # EntryKind(n) costs an enum call per entry
-_COUNT_LOCK = threading.Lock()
 _IGNORE_FILES = (b".gitignore", b".ckptignore")  # as ignore.py reads them
 RulesFactory = Callable[[], "IgnoreRules"]
 
@@ -351,74 +349,47 @@ class _Scanner:
         # calling put_file per file paid a GIL hand-off per syscall (kernel tree: 16 s CPU
         # instead of 9) and held a Future per job (~100 MB of RSS for 78k files).
         results = self.store.put_files((job.fs_path for job in jobs), threads=threads)
-        racy_from = self.start_ns - RACY_WINDOW_NS
         progress = self.progress
-        new_objects = new_bytes = 0
         for done, (job, result) in enumerate(zip(jobs, results), 1):
-            if isinstance(result, PutResult):  # the loop runs once per file: _record inlined
-                st = result.stat
-                row = job.row
-                # Remember the stat of the content actually stored, not the earlier lstat.
-                row[2:7] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode]
-                row[REF] = result.oid
-                row[RACY] = st.st_mtime_ns >= racy_from
-                if result.is_new:
-                    new_objects += 1
-                    new_bytes += result.stored_bytes
-            elif isinstance(result, ContentChanged):
-                self._hash_one(job)  # changed while read: retried alone, as before
-            elif isinstance(result, FileNotFoundError):
-                job.row[REF] = None  # vanished: not part of this state; dropped at build
-                job.node.clean = False
+            if isinstance(result, ContentChanged):
+                self._hash_one(job)  # changed while read: retried alone
             else:
-                job.row[REF] = None
-                self._skip(job.key, f"unreadable: {result.strerror}", job.node)
+                self._settle(job, result)
             if progress is not None:
                 progress("hash", done, total)
-        with _COUNT_LOCK:
-            self.new_objects += new_objects
-            self.new_bytes += new_bytes
         return total
 
-    def _hash_one(self, job: _Job) -> bool:
+    def _hash_one(self, job: _Job) -> None:
         for _ in range(_CHANGED_RETRIES):
             try:
-                result = self.store.put_file(job.fs_path)
+                result: PutResult | OSError = self.store.put_file(job.fs_path)
             except ContentChanged:
                 continue
-            except FileNotFoundError:
-                job.row[REF] = None  # vanished: not part of this state; dropped at build
-                job.node.clean = False
-                return False
             except OSError as exc:
-                job.row[REF] = None
-                self._skip(job.key, f"unreadable: {exc.strerror}", job.node)  # thread-safe
-                return False
-            self._record(job, result)
-            return True
+                result = exc
+            self._settle(job, result)
+            return
         job.row[REF] = None
         self._skip(job.key, "changed", job.node)
-        return False
 
-    def _record(self, job: _Job, result: PutResult) -> None:
-        st = result.stat
-        # Remember the stat of the content actually stored, not the earlier lstat.
-        job.row[2:7] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode]
-        job.row[REF] = result.oid
-        job.row[RACY] = st.st_mtime_ns >= self.start_ns - RACY_WINDOW_NS
-        if result.is_new:
-            self._count_new(result.stored_bytes)
-
-    def _count_new(self, stored: int) -> None:
-        # Called from worker threads; int += under the GIL is not atomic, so lock-free
-        # counting would race. The counts are only statistics, but keep them exact.
-        with _COUNT_LOCK:
-            self.new_objects += 1
-            self.new_bytes += stored
-
-    def _report(self, stage: str, done: int, total: int) -> None:
-        if self.progress is not None:
-            self.progress(stage, done, total)
+    def _settle(self, job: _Job, result: PutResult | OSError) -> None:
+        """Record what storing a job's file gave: its id and stat, or why it is left out."""
+        row = job.row
+        if isinstance(result, FileNotFoundError):
+            row[REF] = None  # vanished: not part of this state; dropped at build
+            job.node.clean = False
+        elif isinstance(result, OSError):
+            row[REF] = None
+            self._skip(job.key, f"unreadable: {result.strerror}", job.node)
+        else:
+            st = result.stat
+            # Remember the stat of the content actually stored, not the earlier lstat.
+            row[2:7] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode]
+            row[REF] = result.oid
+            row[RACY] = st.st_mtime_ns >= self._settled_before
+            if result.is_new:
+                self.new_objects += 1
+                self.new_bytes += result.stored_bytes
 
     # -- phase 3 ---------------------------------------------------------------------
 
