@@ -9,7 +9,6 @@ committed, then the checkpoint reported. It never prints and never exits.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import dataclasses
 import gc
 import glob
@@ -51,6 +50,7 @@ from checkpoints.statcache import (
 )
 from objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, TreeEntry, hash_bytes
 from objstore.errors import ObjstoreError, StoreNotFound
+from objstore.local import remove_if_older
 
 # The restore side (plan, restore, reports) is imported where it is used: a `ckpt create` is
 # one process start, and those modules' classes cost ~10 ms to build for nothing.
@@ -567,18 +567,7 @@ class Checkpoints:
         covered = intent.covered if intent.scope == "paths" else None
         plan = self._plan(intent, self._scan(covered, None).tree)
         if target is None:  # pruned meanwhile: finish the tree, skip the bookkeeping
-            from checkpoints.restore import apply_plan, stage_files  # noqa: PLC0415
-
-            try:
-                with _naming(intent.staging):
-                    staged = stage_files(plan, self.objects, intent.staging)
-            except BaseException as exc:
-                self._abandon_staging_failure(exc, resuming=True)
-                raise
-            try:
-                apply_plan(self._root_b, plan, staged)
-            finally:
-                shutil.rmtree(intent.staging, ignore_errors=True)
+            self._apply_journaled(intent, plan, None, resuming=True)  # rewrites the same journal
             clear_intent(self._journal_path)
             return None
         return self._execute(intent, target, plan, time.monotonic(), None, resuming=True)
@@ -651,14 +640,9 @@ class Checkpoints:
         (stat caches, journals, the gc generation): nobody writes them while gc holds its
         exclusive lock, so the age limit is only a second guard."""
         store = glob.escape(self.store_dir)
-        removed = 0
-        for path in (glob.glob(os.path.join(store, "roots", "*", "*.tmp-*"))
-                     + glob.glob(os.path.join(store, "gc-generation.tmp-*"))):
-            with contextlib.suppress(FileNotFoundError):
-                if os.lstat(path).st_mtime < older_than:
-                    os.unlink(path)
-                    removed += 1
-        return removed
+        return sum(remove_if_older(path, older_than)
+                   for path in (glob.glob(os.path.join(store, "roots", "*", "*.tmp-*"))
+                                + glob.glob(os.path.join(store, "gc-generation.tmp-*"))))
 
     def _journaled_trees(self) -> builtins.list[ObjectId]:
         """Targets of killed restores (any root of this store) not yet completed: live for gc,

@@ -44,6 +44,18 @@ def _errno() -> int:
     return ctypes.get_errno()
 
 
+def remove_if_older(path: str, older_than: float) -> bool:
+    """Unlink `path` if its mtime is before `older_than` (a sweep's age guard); False if it
+    is younger or already gone."""
+    try:
+        if os.stat(path).st_mtime < older_than:
+            os.unlink(path)
+            return True
+    except FileNotFoundError:
+        pass
+    return False
+
+
 def fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -180,13 +192,7 @@ class LocalBackend:
             for name in names:
                 if not name.startswith(_TEMP_PREFIX):
                     continue
-                path = f"{directory}/{name}"
-                try:
-                    if os.stat(path).st_mtime < older_than:
-                        os.unlink(path)
-                        removed += 1
-                except FileNotFoundError:
-                    continue
+                removed += remove_if_older(f"{directory}/{name}", older_than)
         return removed
 
     def close(self) -> None:

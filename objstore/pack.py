@@ -35,7 +35,7 @@ from objstore import packfile
 from objstore.backend import FsyncPolicy, ObjectStat
 from objstore.errors import ObjectNotFound
 from objstore.ids import ObjectId
-from objstore.local import LocalBackend
+from objstore.local import LocalBackend, remove_if_older
 from objstore.packfile import PackWriter, pack_path
 from objstore.packtable import PackTable
 from objstore.repack import Deletion, compact_packs
@@ -394,13 +394,7 @@ class PackedBackend:
             for name in sorted(bare):
                 _try_recover(self.packs_dir, name, self.fsync)
             for name in orphans:  # a compaction died between its two unlinks
-                path = packfile.index_path(self.packs_dir, name)
-                try:
-                    if os.stat(path).st_mtime < older_than:
-                        os.unlink(path)
-                        removed += 1
-                except FileNotFoundError:
-                    continue
+                removed += remove_if_older(packfile.index_path(self.packs_dir, name), older_than)
             self._rebuild()
         return removed
 
