@@ -7,8 +7,14 @@
  * followed by the name. An unchanged directory gives the same listing byte for byte, so the
  * scanner compares one bytes object against its stat cache instead of every entry.
  *
- * The format and its pure-Python twin live in checkpoints/dirlisting.py, which is the only
- * caller; this file knows nothing of ignore rules, caches or trees.
+ * `walk_dirs` goes further for a scan that has a stat cache: given each known directory's
+ * cached listing and the names of the subdirectories it captured, it walks whole unchanged
+ * subtrees by itself, on all threads at once (no barrier per level), and hands back only the
+ * directories whose listing differs or is not known. Those are the ones that need Python.
+ *
+ * The format and its pure-Python twins live in checkpoints/dirlisting.py, which is the only
+ * caller; this file knows nothing of ignore rules or trees: a "known" entry is two byte
+ * strings, compared and split, never interpreted.
  *
  * Rules: directories are opened with O_NOFOLLOW (a directory swapped for a symlink is an error,
  * never followed); entries are stat'ed with AT_SYMLINK_NOFOLLOW relative to the directory's fd;
@@ -226,10 +232,358 @@ static PyObject *scan_dirs(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* ---- walk_dirs ------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *key;
+    size_t klen;
+    const char *listing;
+    size_t llen;
+    const char *names; /* subdirectory names, NUL-separated */
+    size_t nlen;
+} Known;
+
+typedef struct {
+    char *key; /* malloc'ed; handed to the result it ends in */
+    size_t klen;
+    char *path;
+    size_t plen;
+    int shortcut; /* may an equal listing stand for the whole directory? */
+} Node;
+
+typedef struct {
+    char *key;
+    size_t klen;
+    Job job; /* err or buf/len/newest */
+} Report;
+
+typedef struct {
+    Known *slots;
+    size_t mask; /* slots - 1; 0 when nothing is known */
+    Node *queue;
+    size_t qlen, qcap;
+    size_t active; /* nodes taken but not finished */
+    Report *reports;
+    size_t nreports, capreports;
+    Node *same; /* unchanged directories (only their keys are kept) */
+    size_t nsame, capsame;
+    int nomem;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+} Walk;
+
+static uint64_t hash_key(const char *key, size_t len) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)key[i]) * 1099511628211ULL;
+    return h;
+}
+
+static const Known *find_known(const Walk *w, const char *key, size_t len) {
+    if (!w->mask) return NULL;
+    for (size_t i = hash_key(key, len) & w->mask;; i = (i + 1) & w->mask) {
+        const Known *k = &w->slots[i];
+        if (!k->key) return NULL;
+        if (k->klen == len && memcmp(k->key, key, len) == 0) return k;
+    }
+}
+
+/* The names of `known` are plain: not empty, no '/', not "." or "..". Checked before any is
+ * joined to a path, so a damaged entry can never lead the walk outside the tree. */
+static int plain_names(const Known *known) {
+    const char *p = known->names, *end = p + known->nlen;
+    while (p < end) {
+        const char *stop = memchr(p, 0, (size_t)(end - p));
+        size_t len = stop ? (size_t)(stop - p) : (size_t)(end - p);
+        if (!len || memchr(p, '/', len) || (p[0] == '.' && (len == 1 || (len == 2 && p[1] == '.'))))
+            return 0;
+        p += len + 1;
+    }
+    return 1;
+}
+
+static char *joined(const char *a, size_t alen, const char *b, size_t blen, int sep, size_t *out) {
+    size_t len = alen + (sep ? 1 : 0) + blen;
+    char *s = malloc(len + 1);
+    if (!s) return NULL;
+    memcpy(s, a, alen);
+    if (sep) s[alen] = '/';
+    memcpy(s + alen + (sep ? 1 : 0), b, blen);
+    s[len] = 0;
+    *out = len;
+    return s;
+}
+
+/* Children of an unchanged directory, as nodes; 0 on success. */
+static int children_of(const Node *n, const Known *known, Node **out, size_t *count) {
+    size_t cap = 0, used = 0;
+    Node *kids = NULL;
+    const char *p = known->names, *end = p + known->nlen;
+    while (p < end) {
+        const char *stop = memchr(p, 0, (size_t)(end - p));
+        size_t len = stop ? (size_t)(stop - p) : (size_t)(end - p);
+        if (used == cap) {
+            Node *grown = realloc(kids, (cap = cap ? 2 * cap : 8) * sizeof(Node));
+            if (!grown) goto fail;
+            kids = grown;
+        }
+        Node *kid = &kids[used];
+        kid->key = joined(n->key, n->klen, p, len, n->klen > 0, &kid->klen);
+        kid->path = joined(n->path, n->plen, p, len, 1, &kid->plen);
+        kid->shortcut = 1;
+        if (!kid->key || !kid->path) {
+            free(kid->key);
+            free(kid->path);
+            goto fail;
+        }
+        used++;
+        p += len + 1;
+    }
+    *out = kids;
+    *count = used;
+    return 0;
+fail:
+    for (size_t i = 0; i < used; i++) {
+        free(kids[i].key);
+        free(kids[i].path);
+    }
+    free(kids);
+    return ENOMEM;
+}
+
+static int grow(void **items, size_t *cap, size_t need, size_t size) {
+    if (need <= *cap) return 0;
+    size_t next = *cap ? *cap : 64;
+    while (next < need) next *= 2;
+    void *grown = realloc(*items, next * size);
+    if (!grown) return ENOMEM;
+    *items = grown;
+    *cap = next;
+    return 0;
+}
+
+/* Scan one node; called without the lock. Fills either `report` (returns 1) or the
+ * children of an unchanged directory (returns 0). */
+static int visit(Walk *w, Node *n, Report *report, Node **kids, size_t *nkids) {
+    Job job = {0};
+    job.path = n->path;
+    job.newest = INT64_MIN;
+    scan_one(&job);
+    *kids = NULL;
+    *nkids = 0;
+    if (!job.err && n->shortcut) {
+        const Known *known = find_known(w, n->key, n->klen);
+        if (known && known->llen && known->llen == job.len &&
+            memcmp(known->listing, job.buf, job.len) == 0 && plain_names(known) &&
+            children_of(n, known, kids, nkids) == 0) {
+            free(job.buf);
+            return 0;
+        }
+    }
+    report->key = n->key;
+    report->klen = n->klen;
+    report->job = job;
+    report->job.path = NULL;
+    return 1;
+}
+
+static void *walker(void *arg) {
+    Walk *w = arg;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        while (w->qlen == 0 && w->active > 0) pthread_cond_wait(&w->cond, &w->lock);
+        if (w->qlen == 0) break; /* nothing queued, nobody working: done */
+        Node n = w->queue[--w->qlen]; /* last in, first out: the queue stays short */
+        w->active++;
+        pthread_mutex_unlock(&w->lock);
+
+        Report report;
+        Node *kids;
+        size_t nkids;
+        int reported = visit(w, &n, &report, &kids, &nkids);
+
+        pthread_mutex_lock(&w->lock);
+        if (reported) {
+            if (grow((void **)&w->reports, &w->capreports, w->nreports + 1, sizeof(Report))) {
+                w->nomem = 1;
+                free(report.key);
+                free(report.job.buf);
+            } else {
+                w->reports[w->nreports++] = report;
+            }
+        } else {
+            int failed = grow((void **)&w->same, &w->capsame, w->nsame + 1, sizeof(Node));
+            if (!failed) failed = grow((void **)&w->queue, &w->qcap, w->qlen + nkids, sizeof(Node));
+            if (failed) {
+                w->nomem = 1;
+                free(n.key);
+                for (size_t i = 0; i < nkids; i++) {
+                    free(kids[i].key);
+                    free(kids[i].path);
+                }
+            } else {
+                w->same[w->nsame++] = (Node){n.key, n.klen, NULL, 0, 0};
+                memcpy(w->queue + w->qlen, kids, nkids * sizeof(Node));
+                w->qlen += nkids;
+            }
+            free(kids);
+        }
+        free(n.path);
+        w->active--;
+        if (w->qlen || w->active == 0) pthread_cond_broadcast(&w->cond);
+    }
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* Fill the table of known directories from the dict {key: (listing, names, ...)}; entries of
+ * any other shape are left out (they are simply not shortcuts). */
+static int fill_known(Walk *w, PyObject *known) {
+    Py_ssize_t count = PyDict_Size(known);
+    size_t size = 16;
+    while (size < 2 * (size_t)count) size *= 2;
+    w->slots = PyMem_Calloc(size, sizeof(Known));
+    if (!w->slots) return -1;
+    w->mask = size - 1;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(known, &pos, &key, &value)) {
+        if (!PyBytes_Check(key) || !(PyList_Check(value) || PyTuple_Check(value)) ||
+            PySequence_Fast_GET_SIZE(value) < 2)
+            continue;
+        PyObject *listing = PySequence_Fast_GET_ITEM(value, 0);
+        PyObject *names = PySequence_Fast_GET_ITEM(value, 1);
+        if (!PyBytes_Check(listing) || !PyBytes_Check(names)) continue;
+        Known k = {PyBytes_AS_STRING(key), (size_t)PyBytes_GET_SIZE(key),
+                   PyBytes_AS_STRING(listing), (size_t)PyBytes_GET_SIZE(listing),
+                   PyBytes_AS_STRING(names), (size_t)PyBytes_GET_SIZE(names)};
+        size_t i = hash_key(k.key, k.klen) & w->mask;
+        while (w->slots[i].key) i = (i + 1) & w->mask;
+        w->slots[i] = k;
+    }
+    return 0;
+}
+
+static void free_walk(Walk *w) {
+    for (size_t i = 0; i < w->qlen; i++) {
+        free(w->queue[i].key);
+        free(w->queue[i].path);
+    }
+    for (size_t i = 0; i < w->nreports; i++) {
+        free(w->reports[i].key);
+        free(w->reports[i].job.buf);
+    }
+    for (size_t i = 0; i < w->nsame; i++) free(w->same[i].key);
+    free(w->queue);
+    free(w->reports);
+    free(w->same);
+    PyMem_Free(w->slots);
+}
+
+static PyObject *walk_results(Walk *w) {
+    PyObject *reports = PyList_New((Py_ssize_t)w->nreports);
+    PyObject *same = PyList_New((Py_ssize_t)w->nsame);
+    if (!reports || !same) goto fail;
+    for (size_t i = 0; i < w->nreports; i++) {
+        Report *r = &w->reports[i];
+        PyObject *item = r->job.err
+            ? Py_BuildValue("(y#i)", r->key, (Py_ssize_t)r->klen, r->job.err)
+            : Py_BuildValue("(y#(y#L))", r->key, (Py_ssize_t)r->klen, r->job.buf,
+                            (Py_ssize_t)r->job.len, (long long)r->job.newest);
+        if (!item) goto fail;
+        PyList_SET_ITEM(reports, (Py_ssize_t)i, item);
+    }
+    for (size_t i = 0; i < w->nsame; i++) {
+        PyObject *item = PyBytes_FromStringAndSize(w->same[i].key, (Py_ssize_t)w->same[i].klen);
+        if (!item) goto fail;
+        PyList_SET_ITEM(same, (Py_ssize_t)i, item);
+    }
+    return Py_BuildValue("(NN)", reports, same);
+fail:
+    Py_XDECREF(reports);
+    Py_XDECREF(same);
+    return NULL;
+}
+
+static PyObject *walk_dirs(PyObject *self, PyObject *args) {
+    PyObject *seq, *known;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OOi", &seq, &known, &threads)) return NULL;
+    if (known != Py_None && !PyDict_Check(known)) {
+        PyErr_SetString(PyExc_TypeError, "known must be a dict or None");
+        return NULL;
+    }
+    PyObject *starts = PySequence_Fast(seq, "starts must be a sequence of (key, path, shortcut)");
+    if (!starts) return NULL;
+    Walk w = {0};
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.cond, NULL);
+    PyObject *result = NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(starts);
+    if (known != Py_None && fill_known(&w, known) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (grow((void **)&w.queue, &w.qcap, (size_t)count, sizeof(Node))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(starts, i);
+        PyObject *key, *path;
+        int shortcut;
+        if (!PyArg_ParseTuple(item, "SSp", &key, &path, &shortcut)) goto done;
+        Node *n = &w.queue[w.qlen];
+        n->key = joined(PyBytes_AS_STRING(key), (size_t)PyBytes_GET_SIZE(key), "", 0, 0, &n->klen);
+        n->path = joined(PyBytes_AS_STRING(path), (size_t)PyBytes_GET_SIZE(path), "", 0, 0, &n->plen);
+        n->shortcut = shortcut;
+        if (!n->key || !n->path) {
+            free(n->key);
+            free(n->path);
+            PyErr_NoMemory();
+            goto done;
+        }
+        w.qlen++;
+    }
+    if (threads < 1) threads = 1;
+    if (threads > 64) threads = 64;
+    /* `known` and its bytes must outlive the walk; the dict is only read, by C, under our
+     * reference, and no Python code runs until the threads are joined. */
+    Py_XINCREF(known);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_t helpers[64];
+    int started = 0;
+    for (int t = 1; t < threads; t++) {
+        if (pthread_create(&helpers[started], NULL, walker, &w) == 0) started++;
+    }
+    walker(&w);
+    for (int t = 0; t < started; t++) pthread_join(helpers[t], NULL);
+    Py_END_ALLOW_THREADS
+    Py_XDECREF(known);
+    if (w.nomem) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = walk_results(&w);
+done:
+    free_walk(&w);
+    pthread_mutex_destroy(&w.lock);
+    pthread_cond_destroy(&w.cond);
+    Py_DECREF(starts);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_dirs", scan_dirs, METH_VARARGS,
      "scan_dirs(paths: list[bytes], threads: int) -> list[tuple[bytes, int] | int]\n"
      "Per directory: (listing, newest mtime/ctime in ns) or the errno that stopped it."},
+    {"walk_dirs", walk_dirs, METH_VARARGS,
+     "walk_dirs(starts: list[tuple[bytes, bytes, bool]], known: dict | None, threads: int)\n"
+     "    -> tuple[list[tuple[bytes, tuple[bytes, int] | int]], list[bytes]]\n"
+     "From each (key, path, shortcut): a directory whose listing equals known[key][0] (and\n"
+     "shortcut is true) is unchanged: its key is listed and the subdirectories named in\n"
+     "known[key][1] (NUL-separated) are walked the same way. Every other directory is\n"
+     "reported as (key, (listing, newest) or errno) and not descended into."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,7 +7,13 @@ mtime or ctime among them — or the errno (an int) that stopped it. Equal listi
 unchanged directory, so the snapshot scan can compare one bytes object against its stat cache
 where it would otherwise compare every entry.
 
-The native `_dirscan` extension does this with the GIL released and several threads; when it
+`walk_dirs(starts, known, threads)` walks on from there for a scan with a stat cache: a
+directory whose listing equals the one `known` holds for it is unchanged, and the subdirectories
+`known` names for it are walked the same way; only the other directories come back (with their
+listing or errno), plus the keys of the unchanged ones. A no-change snapshot of a large tree is
+then one call, all of it off the GIL.
+
+The native `_dirscan` extension does both with the GIL released and several threads; when it
 is not built (no compiler at install time) the pure-Python twin here produces the same bytes,
 only slower. Both: directories opened with O_NOFOLLOW, entries stat'ed without following
 symlinks; an entry that vanishes before its lstat is left out; an entry whose lstat fails
@@ -20,17 +26,20 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 _HEADER = struct.Struct("<HIQqqQ")
 HEADER_SIZE = _HEADER.size  # 38
 ScanOutcome = tuple[bytes, int] | int
 
 try:
-    from checkpoints._dirscan import scan_dirs as _native_scan_dirs  # type: ignore[import-not-found]
+    from checkpoints._dirscan import (  # type: ignore[import-not-found]
+        scan_dirs as _native_scan_dirs,
+        walk_dirs as _native_walk_dirs,
+    )
 except ImportError:  # pragma: no cover - depends on the install
-    _native_scan_dirs = None
+    _native_scan_dirs = _native_walk_dirs = None
 
 NATIVE = _native_scan_dirs is not None
 _OPEN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -62,6 +71,58 @@ def scan_dirs(paths: Sequence[bytes], threads: int = 1) -> list[ScanOutcome]:
 
 def scan_dirs_python(paths: Sequence[bytes]) -> list[ScanOutcome]:
     return [_scan_one(path) for path in paths]
+
+
+# One directory to walk from: (key, path, shortcut). The key names it in `known` (b"" for the
+# root of the walk, then "a/b" below); `shortcut` False makes it a report even if its listing
+# is the known one (its ignore rules may have changed).
+WalkStart = tuple[bytes, bytes, bool]
+# What a scan knows of a directory: (listing, NUL-separated names of the subdirectories to walk
+# when the listing is unchanged, anything else). An empty listing is never a match.
+Known = Mapping[bytes, Sequence[Any]]
+WalkReport = tuple[bytes, ScanOutcome]
+
+
+def walk_dirs(starts: Sequence[WalkStart], known: Known | None,
+              threads: int = 1) -> tuple[list[WalkReport], list[bytes]]:
+    """(reports, unchanged keys): every directory under `starts` whose listing differs from
+    `known` or is not known, sorted by key, and the keys of the unchanged ones walked through."""
+    if _native_walk_dirs is not None:
+        reports, unchanged = _native_walk_dirs(starts, known, threads)
+    else:
+        reports, unchanged = walk_dirs_python(starts, known)
+    reports.sort(key=_report_key)
+    return reports, unchanged
+
+
+def walk_dirs_python(starts: Sequence[WalkStart],
+                     known: Known | None) -> tuple[list[WalkReport], list[bytes]]:
+    reports: list[WalkReport] = []
+    unchanged: list[bytes] = []
+    pending = list(starts)
+    while pending:
+        key, path, shortcut = pending.pop()
+        outcome = _scan_one(path)
+        entry = known.get(key) if known is not None and shortcut else None
+        if (entry is not None and not isinstance(outcome, int) and entry[0]
+                and entry[0] == outcome[0] and _plain_names(entry[1])):
+            unchanged.append(key)
+            prefix = key + b"/" if key else b""
+            pending.extend((prefix + name, path + b"/" + name, True)
+                           for name in entry[1].split(b"\0") if entry[1])
+        else:
+            reports.append((key, outcome))
+    return reports, unchanged
+
+
+def _plain_names(names: bytes) -> bool:
+    """No name that could lead outside the directory (checked as the native walk does)."""
+    return not names or all(name and b"/" not in name and name not in (b".", b"..")
+                            for name in names.split(b"\0"))
+
+
+def _report_key(report: WalkReport) -> bytes:
+    return report[0]
 
 
 def _scan_one(path: bytes) -> ScanOutcome:

@@ -1,11 +1,12 @@
 """Snapshot scan: walk a workspace, hash what changed, and build its Merkle tree bottom-up.
 
 Three phases, so the walk and compression can use every core without the GIL:
-1. walk: breadth first, each level of directories listed and lstat'ed in one batch by
-   `dirlisting.scan_dirs` (native, threaded, without the GIL). A directory whose listing equals
-   the cached one — and whose ignore rules cannot have changed — takes its rows from the cache
-   without looking at a single entry; otherwise each entry is a stat-cache hit (id reused, file
-   not read) or a job. Ignore rules are only loaded for directories that need them;
+1. walk: `dirlisting.walk_dirs` (native, threaded, without the GIL) lists and lstats every
+   directory; one whose listing equals the cached one — and whose ignore rules cannot have
+   changed — is unchanged, and so is the whole walk below it unless a listing there differs:
+   only the differing directories come back to Python. There each entry is a stat-cache hit
+   (id reused, file not read) or a job. Ignore rules are only loaded for directories that need
+   them;
 2. hash: jobs go through `ObjectStore.put_files` (one Python thread reads and hashes; new
    objects are compressed in batches on native threads; never follows symlinks; a file that
    changes while read is retried, then skipped as "changed", never stored torn);
@@ -24,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from checkpoints.dirlisting import MaybeNames, iter_listing, scan_dirs
+from checkpoints.dirlisting import MaybeNames, iter_listing, walk_dirs
 from checkpoints.model import SkippedPath
 from checkpoints.paths import RelPath, ancestors, parse_relpath
 from checkpoints.statcache import (
@@ -153,12 +154,14 @@ class _Scanner:
         self.new_cache = StatCache(gc_generation=cache.gc_generation)
         self.new_cache.settings = options.settings
         self.rebuilt_dirs = 0
+        self.settled_listings = 0
         self.dirs_unchanged = 0
         self._verified: dict[bytes, bool] = {}
         self.root_rules: RulesFactory = _no_rules
         self._settled_before = scan_start_ns - RACY_WINDOW_NS
         # Whole-directory shortcuts need ids that surely exist and rows made under these rules.
         self.shortcuts = not cache.needs_verification and cache.settings == options.settings
+        self._nodes: dict[bytes, _Dir] = {}
 
     def _trusted(self, oid: bytes) -> bool:
         """After a GC, an id remembered by the cache may be gone: check before reuse."""
@@ -177,14 +180,20 @@ class _Scanner:
     # -- phase 1 ---------------------------------------------------------------------
 
     def walk(self, top: _Dir) -> list[_Dir]:
-        """Every directory under `top`, breadth first (parents before children)."""
-        order = []
+        """The directories under `top` that Python has to look at, shallowest first: those
+        whose listing changed, their ancestors and their subdirectories. Whole unchanged
+        subtrees are walked by `walk_dirs` alone; their records go to the new cache as they are."""
         threads = self.options.threads or os.cpu_count() or 1
-        level = [top]
-        while level:
+        known = self.cache.dirs.known() if self.shortcuts else None
+        nodes = self._nodes = {top.key: top}
+        pending = [top]
+        while pending:
+            reports, unchanged = walk_dirs(
+                [(n.key, n.fs_path, n.rules_clean) for n in pending], known, threads)
+            self._take_unchanged(unchanged)
             following: list[_Dir] = []
-            for node, outcome in zip(level, scan_dirs([n.fs_path for n in level], threads)):
-                order.append(node)
+            for key, outcome in reports:
+                node = nodes.get(key) or self._reached(key)
                 if isinstance(outcome, int):
                     node.all_hits = False
                     if node.key:
@@ -193,26 +202,35 @@ class _Scanner:
                         raise OSError(outcome, os.strerror(outcome), os.fsdecode(node.fs_path))
                     continue
                 node.listing, node.newest = outcome
-                cached = self.cache.dirs.get(node.key)
-                if (node.rules_clean and cached is not None and cached.listing
-                        and cached.listing == node.listing):
-                    self._take_cached(node, cached, following)
-                else:
-                    self._read_dir(node, cached, following)
-            level = following
-        return order
+                self._read_dir(node, self.cache.dirs.get(node.key), following)
+            for child in following:
+                nodes[child.key] = child
+            pending = following
+        return sorted(nodes.values(), key=_depth)
 
-    def _take_cached(self, node: _Dir, cached: DirRecord, following: list[_Dir]) -> None:
-        """The listing is the cached one: same entries, same stats, same rules (the common case
-        of every directory in a no-change snapshot)."""
-        node.fast = True
-        self.dirs_unchanged += 1
-        prefix = node.key + b"/" if node.key else b""
-        base = node.fs_path + b"/"
-        for name, _tree in cached.subdirs:
-            child = _Dir(prefix + name, base + name, parent=node, rules_clean=True)
-            node.children[name] = child
-            following.append(child)
+    def _take_unchanged(self, keys: list[bytes]) -> None:
+        """Directories whose listing is the cached one (same entries, same stats, same rules):
+        every directory of a no-change snapshot."""
+        self.dirs_unchanged += len(keys)
+        self.new_cache.dirs.take(self.cache.dirs, keys)
+        for key in keys:
+            node = self._nodes.get(key)
+            if node is not None:  # a start: its cached record stands for it
+                node.fast = True
+
+    def _reached(self, key: bytes, *, unchanged: bool = False) -> _Dir:
+        """The node of a directory the walk reached through unchanged ones, with the nodes of
+        those ancestors: they are rebuilt from their cached rows around what changed."""
+        parent_key, _, name = key.rpartition(b"/")
+        parent = self._nodes.get(parent_key) or self._reached(parent_key, unchanged=True)
+        node = _Dir(key, parent.fs_path + b"/" + name, parent=parent, rules_clean=True)
+        if unchanged:
+            cached = self.cache.dirs.get(key)
+            assert cached is not None  # walked through: known
+            node.fast, node.listing = True, cached.listing
+        parent.children[name] = node
+        self._nodes[key] = node
+        return node
 
     def _rules_of(self, node: _Dir) -> DirRules:
         rules = node.rules
@@ -408,8 +426,10 @@ class _Scanner:
                 listing = self._listing_to_keep(node)
                 if listing != cached.listing or node.ignored != cached.ignored \
                         or node.ignores != cached.ignores:
-                    # Kept in memory; not worth a cache write of its own (the root's listing
-                    # changes whenever the store inside it does).
+                    # Kept in memory; a changed listing is not worth a cache write of its own
+                    # (the root's changes whenever the store inside it does), but one that has
+                    # just settled (after a restore) is: every later scan gets the shortcut.
+                    self.settled_listings += bool(listing and not cached.listing)
                     cached = DirRecord(cached.tree, cached.size, cached.files, cached.rows,
                                        listing=listing, ignores=node.ignores,
                                        subdirs=cached.subdirs, ignored=node.ignored,
@@ -427,7 +447,7 @@ class _Scanner:
         for row in node.rows:
             name, kind = row[NAME], row[KIND]
             if kind == _TREE:
-                child = node.children[name]
+                child = node.children.get(name) or self._unchanged_child(node, name)
                 assert child.tree is not None
                 size += child.size
                 files += child.files
@@ -480,14 +500,23 @@ class _Scanner:
             dirs_unchanged=self.dirs_unchanged,
         )
 
+    def _unchanged_child(self, node: _Dir, name: bytes) -> _Dir:
+        """A subdirectory of a rebuilt directory that the walk found unchanged throughout."""
+        key = node.key + b"/" + name if node.key else name
+        cached = self.cache.dirs.get(key)
+        assert node.fast and cached is not None and cached.tree  # walked through: known
+        child = _Dir(key, node.fs_path + b"/" + name, parent=node, tree=ObjectId(cached.tree),
+                     size=cached.size, files=cached.files, leaves=cached.leaves)
+        node.children[name] = child
+        return child
+
     def _unchanged(self, node: _Dir, cached: DirRecord) -> bool:
-        """Every row matched the cache; do the subdirectories still have their cached ids?"""
+        """Every row matched the cache; do the subdirectories still have their cached ids?
+        (A subdirectory without a node was walked through unchanged: it has.)"""
         if node.children:
-            if len(cached.subdirs) != len(node.children):
-                return False
-            for name, tree in cached.subdirs:
-                child = node.children.get(name)
-                if child is None or child.tree != tree:
+            trees = dict(cached.subdirs)
+            for name, child in node.children.items():
+                if trees.get(name) != child.tree:
                     return False
         return self._trusted(cached.tree)
 
@@ -511,8 +540,8 @@ def scan_workspace(
     hashed = scanner.hash_all()
     scanner.build(order)
     scanner.new_cache.dirty = bool(
-        scanner.rebuilt_dirs or cache.needs_verification
-        or len(cache.dirs) != len(order) or cache.settings != options.settings
+        scanner.rebuilt_dirs or scanner.settled_listings or cache.needs_verification
+        or len(cache.dirs) != len(scanner.new_cache.dirs) or cache.settings != options.settings
     )
     return scanner.result(top, hashed, ()), scanner.new_cache
 
@@ -642,6 +671,10 @@ def _is_real_dir(fs_path: bytes) -> bool:
         return statmod.S_ISDIR(os.lstat(fs_path).st_mode)
     except OSError:
         return False
+
+
+def _depth(node: _Dir) -> int:
+    return node.key.count(b"/") + bool(node.key)
 
 
 def _row_name(row: Row) -> bytes:

@@ -13,13 +13,18 @@ The cache is only ever a performance aid: a missing, damaged or foreign cache lo
 It is one msgpack file, written atomically, ending in the BLAKE3 of what precedes it: a cache
 is trusted to name content by id, so damage that still parses (a flipped bit in an id) must be
 caught too, or it would put a wrong id into a checkpoint. No walking here.
+
+Each record is stored as [listing, subdirectory names, tree, leaves, rest]: the first two are
+what `dirlisting.walk_dirs` compares and follows, so the loaded table goes to the native walk
+as it is; `rest` (sizes, packed rows, ignore state) is decoded only for the directories a scan
+actually looks into (`DirTable`), and written back as it was read for all the others.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,7 +32,7 @@ from objstore.codec import pack_data, unpack_data
 from objstore.errors import CorruptObject
 from objstore.ids import OID_SIZE, hash_bytes
 
-CACHE_VERSION = 3  # 2: checksum trailer; 3: listings, packed rows, settings
+CACHE_VERSION = 4  # 2: checksum trailer; 3: listings, packed rows, settings; 4: wire records
 # Timestamps come from a coarse kernel clock (a jiffy, up to 10 ms at HZ=100): a file whose
 # mtime is this close to the scan start could still change without its mtime moving.
 RACY_WINDOW_NS = 20_000_000
@@ -81,13 +86,121 @@ class DirRecord:
             self._packed = pack_data(self._rows or [])
         return self._packed
 
+    @classmethod
+    def from_wire(cls, wire: Sequence[Any]) -> DirRecord:
+        try:
+            listing, _names, tree, leaves, rest = wire
+            size, files, packed, ignores, subdirs, ignored = unpack_data(rest, what="stat cache")
+        except (TypeError, ValueError) as exc:  # checksummed: a writer's bug, not damage
+            raise CorruptObject(None, f"stat cache: bad record ({exc})") from None
+        if not (isinstance(tree, bytes) and isinstance(packed, bytes)
+                and isinstance(listing, bytes) and isinstance(subdirs, list)):
+            raise CorruptObject(None, "stat cache: bad record")
+        return cls(tree, size, files, None, packed=packed, listing=listing, ignores=ignores,
+                   subdirs=subdirs, ignored=ignored, leaves=leaves)
+
+    def to_wire(self) -> list[Any]:
+        names = b"\0".join(name for name, _tree in self.subdirs)
+        rest = pack_data([self.size, self.files, self.packed_rows(), self.ignores, self.subdirs,
+                          self.ignored])
+        return [self.listing, names, self.tree, self.leaves, rest]
+
+
+Wire = list[Any]  # [listing, NUL-joined subdirectory names, tree, leaves, packed rest]
+
+
+class DirTable:
+    """The records of a cache by directory key (b"" is the root). Records stay in their stored
+    form until `get` decodes one; a decoded or newly set record wins over the stored form."""
+
+    __slots__ = ("_records", "_wire")
+
+    def __init__(self, wire: dict[bytes, Wire] | None = None, *,
+                 records: dict[bytes, DirRecord] | None = None) -> None:
+        self._wire = wire if wire is not None else {}
+        self._records = records if records is not None else {}
+
+    def get(self, key: bytes, default: DirRecord | None = None) -> DirRecord | None:
+        record = self._records.get(key)
+        if record is None:
+            wire = self._wire.get(key)
+            if wire is None:
+                return default
+            record = self._records[key] = DirRecord.from_wire(wire)
+        return record
+
+    def __getitem__(self, key: bytes) -> DirRecord:
+        record = self.get(key)
+        if record is None:
+            raise KeyError(key)
+        return record
+
+    def __setitem__(self, key: bytes, record: DirRecord) -> None:
+        self._records[key] = record
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._records or key in self._wire
+
+    def __len__(self) -> int:
+        wire = self._wire
+        return len(wire) + sum(1 for key in self._records if key not in wire)
+
+    def keys(self) -> set[bytes]:
+        return self._wire.keys() | self._records.keys()
+
+    def items(self) -> Iterator[tuple[bytes, DirRecord]]:
+        for key in self.keys():
+            yield key, self[key]
+
+    def values(self) -> Iterator[DirRecord]:
+        for _key, record in self.items():
+            yield record
+
+    def update(self, other: DirTable) -> None:
+        for key, wire in other._wire.items():
+            self._wire[key] = wire
+            self._records.pop(key, None)
+        self._records.update(other._records)
+
+    def take(self, other: DirTable, keys: Iterable[bytes]) -> None:
+        """Copy the records of `keys` from `other` as they are (decoded or not)."""
+        records, wires = other._records, other._wire
+        for key in keys:
+            record = records.get(key)
+            if record is not None:
+                self._records[key] = record
+            else:
+                self._wire[key] = wires[key]
+
+    def known(self) -> dict[bytes, Wire]:
+        """Listing and subdirectory names per key, for `dirlisting.walk_dirs`."""
+        if not self._records:
+            return self._wire
+        merged = dict(self._wire)
+        for key, record in self._records.items():
+            merged[key] = [record.listing, b"\0".join(name for name, _ in record.subdirs)]
+        return merged
+
+    def leaf_counts(self) -> dict[bytes, int]:
+        counts = {wire[2]: wire[3] for key, wire in self._wire.items()
+                  if key not in self._records and wire[2] and wire[3] >= 0}
+        counts.update((record.tree, record.leaves) for record in self._records.values()
+                      if record.tree and record.leaves >= 0)
+        return counts
+
+    def to_wire(self) -> dict[bytes, Wire]:
+        wire = dict(self._wire)
+        for key, record in self._records.items():
+            wire[key] = record.to_wire()
+        return wire
+
 
 NOT_SETTLED: list[Any] = [b"not settled"]  # ignore files changed too recently to be trusted
 
 
 @dataclass(slots=True)
 class StatCache:
-    dirs: dict[bytes, DirRecord] = field(default_factory=dict)  # b"" is the root directory
+    dirs: DirTable = field(default_factory=DirTable)
     gc_generation: int = 0
     # What else decided the rows (ignore settings, size limit): listings count only if equal.
     settings: str = ""
@@ -134,9 +247,9 @@ class _OtherVersion(Exception):
     """A cache written by another version of ckpt: not damage, just not usable."""
 
 
-def _decode(data: bytes) -> tuple[int, str, dict[bytes, DirRecord]]:
+def _decode(data: bytes) -> tuple[int, str, DirTable]:
     """(gc generation, settings, records) of a cache file; ValueError (or CorruptObject) if damaged."""
-    body, digest = data[:-OID_SIZE], data[-OID_SIZE:]
+    body, digest = memoryview(data)[:-OID_SIZE], data[-OID_SIZE:]  # a view: 11 MB not copied
     if len(data) <= OID_SIZE or hash_bytes(body) != digest:
         try:
             old = unpack_data(data, what="stat cache")
@@ -152,18 +265,12 @@ def _decode(data: bytes) -> tuple[int, str, dict[bytes, DirRecord]]:
         raise TypeError("not a stat cache")
     if payload[0] != CACHE_VERSION:
         raise _OtherVersion
-    _, cached_generation, settings, raw_dirs = payload
-    if not isinstance(settings, str):
+    _, cached_generation, settings, wire = payload
+    if not isinstance(settings, str) or not isinstance(wire, dict):
         raise TypeError("bad settings")
-    dirs = {}
-    for key, (tree, size, files, leaves, packed, listing, ignores, subdirs,
-              ignored) in raw_dirs.items():
-        if not (isinstance(key, bytes) and isinstance(tree, bytes) and isinstance(packed, bytes)
-                and isinstance(listing, bytes) and isinstance(subdirs, list)):
-            raise TypeError("bad directory record")
-        dirs[key] = DirRecord(tree, size, files, None, packed=packed, listing=listing,
-                              ignores=ignores, subdirs=subdirs, ignored=ignored, leaves=leaves)
-    return cached_generation, settings, dirs
+    # Records are checked when decoded (DirRecord.from_wire); the native walk skips any entry
+    # that is not [bytes, bytes, ...].
+    return cached_generation, settings, DirTable(wire)
 
 
 def _read(path: str) -> bytes | None:
@@ -192,23 +299,26 @@ def record_restored(cache: StatCache, written: Iterable[tuple[bytes, int, StatLi
     """Teach `cache` what a restore wrote ((path, kind, stat, ref) per file or link) and
     removed, so the next snapshot does not read it again. A directory whose rows change loses
     its tree id and listing, and so do its ancestors' tree ids."""
-    touched: set[bytes] = set()
+    new_rows: dict[bytes, dict[bytes, Row]] = {}
     for path, kind, st, ref in written:
         parent, _, name = path.rpartition(b"/")
-        record = cache.dirs.get(parent)
-        if record is None:
-            record = cache.dirs[parent] = DirRecord(b"", 0, 0, [])
-        rows = [r for r in record.rows if r[NAME] != name]
-        rows.append(make_row(name, kind, st, ref, now_ns))
-        rows.sort(key=lambda r: r[NAME])
-        record.rows = rows
-        touched.add(parent)
+        new_rows.setdefault(parent, {})[name] = make_row(name, kind, st, ref, now_ns)
+    gone: dict[bytes, set[bytes]] = {}
     for path in removed:
         parent, _, name = path.rpartition(b"/")
+        gone.setdefault(parent, set()).add(name)
+    for parent in new_rows.keys() | gone.keys():
         record = cache.dirs.get(parent)
-        if record is not None:
-            record.rows = [r for r in record.rows if r[NAME] != name]
-            touched.add(parent)
+        if record is None:
+            if parent not in new_rows:
+                continue
+            record = cache.dirs[parent] = DirRecord(b"", 0, 0, [])
+        written_here, removed_here = new_rows.get(parent, {}), gone.get(parent, set())
+        rows = [r for r in record.rows if r[NAME] not in written_here and r[NAME] not in removed_here]
+        rows.extend(written_here.values())
+        rows.sort(key=_row_name)
+        record.rows = rows
+    touched = new_rows.keys() | gone.keys()
     for key in touched:
         while True:
             record = cache.dirs.get(key)
@@ -219,10 +329,13 @@ def record_restored(cache: StatCache, written: Iterable[tuple[bytes, int, StatLi
             key = key.rpartition(b"/")[0]
 
 
+def _row_name(row: Row) -> bytes:
+    return row[NAME]  # type: ignore[no-any-return]
+
+
 def leaf_counts(cache: StatCache) -> dict[bytes, int]:
     """Tree id -> files and symlinks below it, for every directory the cache knows an id of."""
-    return {record.tree: record.leaves for record in cache.dirs.values()
-            if record.tree and record.leaves >= 0}
+    return cache.dirs.leaf_counts()
 
 
 def check_stat_cache(path: str) -> str | None:
@@ -231,7 +344,8 @@ def check_stat_cache(path: str) -> str | None:
     if data is None:
         return None
     try:
-        _decode(data)
+        for _record in _decode(data)[2].values():  # decoding each record checks its shape
+            pass
     except _OtherVersion:
         return None
     except (CorruptObject, ValueError, TypeError, KeyError, IndexError) as exc:
@@ -240,12 +354,7 @@ def check_stat_cache(path: str) -> str | None:
 
 
 def write_stat_cache(path: str, cache: StatCache) -> None:
-    raw_dirs = {
-        key: (record.tree, record.size, record.files, record.leaves, record.packed_rows(),
-              record.listing, record.ignores, record.subdirs, record.ignored)
-        for key, record in cache.dirs.items()
-    }
-    data = pack_data((CACHE_VERSION, cache.gc_generation, cache.settings, raw_dirs))
+    data = pack_data((CACHE_VERSION, cache.gc_generation, cache.settings, cache.dirs.to_wire()))
     data += hash_bytes(data)
     temp = f"{path}.tmp-{os.urandom(4).hex()}"
     try:

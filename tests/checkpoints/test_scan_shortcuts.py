@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import shutil
 import time
 from contextlib import closing
 from pathlib import Path
@@ -36,6 +37,7 @@ from checkpoints.statcache import (
     RACY_WINDOW_NS,
     REF,
     DirRecord,
+    DirTable,
     StatCache,
     leaf_counts,
     read_stat_cache,
@@ -119,6 +121,86 @@ def test_native_and_python_listings_are_identical(tmp_path: Path, threads: int) 
     python = dirlisting.scan_dirs_python(paths)
     assert [_decoded(o) for o in native] == [_decoded(o) for o in python]
     assert native == python
+
+
+def _known_table(top: Path) -> dict[bytes, list[bytes]]:
+    """What a stat cache would know of every directory under `top`: its listing and the
+    subdirectories to follow (here all of them)."""
+    known = {}
+    for directory, subdirs, _files in os.walk(top):
+        rel = os.fsencode(os.path.relpath(directory, top))
+        key = b"" if rel == b"." else rel
+        listing = dirlisting.scan_dirs_python([os.fsencode(directory)])[0]
+        assert not isinstance(listing, int)
+        known[key] = [listing[0], b"\0".join(sorted(os.fsencode(d) for d in subdirs)), b"rest"]
+    return known
+
+
+def _walk_both(starts: list[tuple[bytes, bytes, bool]], known: dict[bytes, list[bytes]] | None,
+               threads: int) -> tuple[list[Any], list[bytes]]:
+    python = dirlisting.walk_dirs_python(starts, known)
+    if dirlisting._native_walk_dirs is not None:
+        native = dirlisting._native_walk_dirs(starts, known, threads)
+        assert sorted(native[0]) == sorted(python[0])
+        assert sorted(native[1]) == sorted(python[1])
+    return sorted(python[0]), sorted(python[1])
+
+
+@pytest.mark.parametrize("threads", [1, 2, 5])
+def test_a_walk_reports_exactly_the_directories_that_differ_from_what_is_known(
+        tmp_path: Path, threads: int) -> None:
+    for index in range(200):
+        path = tmp_path / f"t/d{index % 9}/e{index % 4}/f{index}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * index)
+    top = os.fsencode(tmp_path / "t")
+    known = _known_table(tmp_path / "t")
+    reports, unchanged = _walk_both([(b"", top, True)], known, threads)
+    assert reports == [] and sorted(unchanged) == sorted(known)  # all of it, walked in C alone
+
+    # A file rewritten in place changes its directory's listing and nothing above it.
+    (tmp_path / "t/d3/e3/f3").write_bytes(b"changed!")
+    reports, unchanged = _walk_both([(b"", top, True)], known, threads)
+    assert [key for key, _ in reports] == [b"d3/e3"]
+    assert dict(reports)[b"d3/e3"] == dirlisting.scan_dirs_python([top + b"/d3/e3"])[0]
+    assert len(unchanged) == len(known) - 1
+
+    # A directory removed or added changes its parent's mtime, so the parent's parent differs
+    # too: the walk stops there and the scan goes on from its subdirectories.
+    shutil.rmtree(tmp_path / "t/d5/e2")
+    (tmp_path / "t/d8/new").mkdir()
+    reports, unchanged = _walk_both([(b"", top, True)], known, threads)
+    assert [key for key, _ in reports] == [b""] and unchanged == []
+    children = [(f"d{i}".encode(), top + f"/d{i}".encode(), True) for i in range(9)]
+    reports, unchanged = _walk_both(children, known, threads)
+    assert [key for key, _ in reports] == [b"d3/e3", b"d5", b"d8"]
+    # Below a reported directory nothing is walked: the scan decides what to follow there.
+    assert sorted(unchanged) == sorted(
+        key for key in known if key and key != b"d3/e3" and not key.startswith((b"d5", b"d8")))
+
+    # Without the shortcut flag a start is reported even if unchanged; an unknown key too.
+    assert _walk_both([(b"d0", top + b"/d0", False)], known, threads)[0][0][0] == b"d0"
+    assert _walk_both([(b"zz", top + b"/d0", True)], known, threads)[0][0][0] == b"zz"
+    # A directory that is gone comes back as its errno.
+    assert _walk_both([(b"gone", top + b"/gone", True)], known, threads)[0] == [
+        (b"gone", errno.ENOENT)]
+    assert _walk_both([(b"", top, True)], None, threads)[0] == [
+        (b"", dirlisting.scan_dirs_python([top])[0])]
+
+
+@pytest.mark.parametrize("names", [b"..", b".", b"e0/..", b"", b"e0\0\0e1", b"e0\0.."])
+def test_a_damaged_known_entry_never_leads_the_walk_out_of_the_tree(
+        tmp_path: Path, names: bytes) -> None:
+    for sub in ("e0", "e1"):
+        (tmp_path / "t/d" / sub).mkdir(parents=True)
+    top = os.fsencode(tmp_path / "t")
+    known = _known_table(tmp_path / "t")
+    known[b"d"] = [known[b"d"][0], names]
+    reports, unchanged = _walk_both([(b"", top, True)], known, 2)
+    if names in (b"", ):  # no subdirectories named: d is unchanged and its children unvisited
+        assert reports == [] and sorted(unchanged) == [b"", b"d"]
+    else:  # a name that is not plain: d is reported, to be read in full by the scan
+        assert [key for key, _ in reports] == [b"d"] and unchanged == [b""]
 
 
 def test_an_entry_that_cannot_be_stated_is_kept_with_its_errno(tmp_path: Path) -> None:
@@ -313,6 +395,7 @@ def test_a_scan_with_shortcuts_equals_a_scan_without_a_cache(
             work.write(f"{directory}/{name}" if directory else name, name.encode())
     if python_listings:
         monkeypatch.setattr(dirlisting, "_native_scan_dirs", None)
+        monkeypatch.setattr(dirlisting, "_native_walk_dirs", None)
     with closing(ObjectStore.init(str(base / "store"))) as store:
         _settle()
         _, cache = _scan(work.root, store, StatCache())
@@ -341,8 +424,9 @@ def _record(tree: bytes, names: list[bytes], listing: bytes = b"L") -> DirRecord
 
 def test_a_restore_drops_the_ids_and_listings_it_invalidates_and_nothing_else(
         tmp_path: Path) -> None:
-    cache = StatCache({b"": _record(b"T0", [b"a"]), b"a": _record(b"T1", [b"b"]),
-                       b"a/b": _record(b"T2", [b"f", b"g"]), b"z": _record(b"T3", [b"h"])})
+    cache = StatCache(DirTable(records={
+        b"": _record(b"T0", [b"a"]), b"a": _record(b"T1", [b"b"]),
+        b"a/b": _record(b"T2", [b"f", b"g"]), b"z": _record(b"T3", [b"h"])}))
     (tmp_path / "just-written").write_bytes(b"x")
     st = os.stat(tmp_path / "just-written")
     record_restored(cache, [(b"a/b/f", 1, st, b"n" * 32), (b"a/b/new", 1, st, b"m" * 32)],
@@ -359,7 +443,8 @@ def test_a_restore_drops_the_ids_and_listings_it_invalidates_and_nothing_else(
 
 
 def test_a_cache_round_trips_with_rows_left_packed_until_asked(tmp_path: Path) -> None:
-    cache = StatCache({b"": _record(b"T0", [b"a", b"b"]), b"d": _record(b"T1", [b"c"], b"")},
+    cache = StatCache(DirTable(records={b"": _record(b"T0", [b"a", b"b"]),
+                                        b"d": _record(b"T1", [b"c"], b"")}),
                       gc_generation=3, settings="s")
     path = str(tmp_path / "statcache")
     write_stat_cache(path, cache)
