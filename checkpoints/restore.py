@@ -11,6 +11,11 @@ Two steps, so a bad store never leaves a half-restored tree:
 A path that cannot be applied (an ignored file keeps a directory from being replaced, a
 directory appeared where a file must go) is reported as a conflict, never forced.
 Crash safety (the journal) is the caller's: this module can be re-run on any state.
+
+Restored files are dated `RESTORED_AGE_NS` before their staging, while they are still private
+to the staging directory: any later write to one moves its mtime to the present, so a stat
+that still shows that date proves the content is what was restored, and the next snapshot
+need not read it again (a file dated "now" would be racy: see statcache.py).
 """
 
 from __future__ import annotations
@@ -19,15 +24,21 @@ import errno
 import os
 import shutil
 import stat as statmod
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from checkpoints.paths import RelPath, display, parent_rel
 from checkpoints.plan import FileWrite, RestorePlan
+from checkpoints.statcache import RACY_WINDOW_NS
 from objstore import EntryKind, ObjectStore
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 ProgressFn = Callable[[str, int, int], None]
+# Past the racy window, and past the lag of the kernel's coarse file clock (a jiffy, <= 10 ms)
+# behind time.time_ns(), so that a write after staging always gives another mtime. Build tools
+# comparing mtimes still see a restored file as newer than anything built before the restore.
+RESTORED_AGE_NS = RACY_WINDOW_NS + 10_000_000
 ConflictFn = Callable[[RelPath, str], None]
 
 
@@ -110,6 +121,7 @@ def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[R
     staged: dict[RelPath, bytes] = {}
     mask = _umask()
     os.makedirs(staging, exist_ok=True)
+    stamp = time.time_ns() - RESTORED_AGE_NS
     try:
         for index, write in enumerate(plan.writes):
             entry = write.entry
@@ -124,6 +136,8 @@ def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[R
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
             with os.fdopen(fd, "wb") as out:
                 store.copy_to(entry.oid, out)
+                out.flush()
+                os.utime(fd, ns=(stamp, stamp))
             staged[write.path] = temp
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
