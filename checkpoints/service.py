@@ -14,7 +14,6 @@ import gc
 import glob
 import os
 import random
-import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -510,7 +509,7 @@ class Checkpoints:
         try:
             applied = apply_plan(self._root_b, plan, staged, progress=progress)
         finally:
-            shutil.rmtree(intent.staging, ignore_errors=True)
+            _remove_tree(intent.staging)
         self._update_cache(applied)
         return applied
 
@@ -559,7 +558,7 @@ class Checkpoints:
         intent = self._pending_intent()
         if intent is None:
             return None
-        shutil.rmtree(intent.staging, ignore_errors=True)
+        _remove_tree(intent.staging)
         try:
             target = self.get(intent.checkpoint)
         except UnknownCheckpoint:
@@ -702,3 +701,9 @@ class Checkpoints:
         records = self.catalog.history(session=None)
         return StoreStats(count, stored, sum(r.stats.bytes for r in records), len(records),
                           self.catalog.session_counts())
+
+
+def _remove_tree(path: str) -> None:
+    import shutil  # noqa: PLC0415  (lazy: only restores have staging to remove)
+
+    shutil.rmtree(path, ignore_errors=True)
