@@ -360,13 +360,14 @@ class _Scanner:
         jobs = self.jobs
         if not jobs:
             return 0
-        threads = self.options.threads or os.cpu_count() or 1
         total = len(jobs)
         # One Python thread reads, hashes and stores; the store compresses batches of new
-        # objects on `threads` native threads that never take the GIL. A Python thread pool
-        # calling put_file per file paid a GIL hand-off per syscall (kernel tree: 16 s CPU
-        # instead of 9) and held a Future per job (~100 MB of RSS for 78k files).
-        results = self.store.put_files((job.fs_path for job in jobs), threads=threads)
+        # objects on native threads that never take the GIL (`threads`, or by default one per
+        # core but the one this thread keeps busy). A Python thread pool calling put_file per
+        # file paid a GIL hand-off per syscall (kernel tree: 16 s CPU instead of 9) and held a
+        # Future per job (~100 MB of RSS for 78k files).
+        paths = (job.fs_path for job in jobs)
+        results = self.store.put_files(paths, threads=self.options.threads)
         progress = self.progress
         for done, (job, result) in enumerate(zip(jobs, results), 1):
             if isinstance(result, ContentChanged):

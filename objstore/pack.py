@@ -9,7 +9,9 @@ pack (`<path>/packs/pack-<random>.pack`, never shared between processes or insta
 sealed at ~`pack_size`, at `sync()` and at `close()`: sealing fsyncs the pack (per policy) and
 then publishes its `.idx`. A pack's objects become visible to other processes when its `.idx`
 exists; records are written only after `sync()`, so nothing committed depends on an
-unpublished pack.
+unpublished pack. A pack filled up by puts is sealed on a background thread (its fsync waits on
+the disk while the next pack fills: ~0.7 s of a Linux-kernel first snapshot); `sync()` waits for
+those seals and raises what one of them failed with.
 
 Packs and indexes are immutable once published. Deleting packed objects marks them; the marks
 are applied at `sync()`/`close()`/`compact()` by rewriting each affected pack without them
@@ -71,6 +73,9 @@ class PackedBackend:
         self._loose_names: dict[str, set[str]] = {}
         self._fds: dict[str, int] = {}
         self._deleted: dict[str, Deletion] = {}  # by pack name, applied at sync/compact
+        # Full packs being sealed in the background (or whose seal failed): by name, with
+        # their slot in the table. Their records are in the table and readable by path.
+        self._sealing: dict[str, _Sealing] = {}
 
     # -- the index -------------------------------------------------------------------------
 
@@ -93,6 +98,13 @@ class PackedBackend:
             self._writer_slot = table.new_slot(self._writer.name)
             for oid, offset, length in self._writer.entries:
                 table.add_one(self._writer_slot, oid, offset, length)
+        for name, sealing in self._sealing.items():
+            bare.discard(name)
+            if name in indexed:  # published since: loaded from its index below
+                continue
+            slot = table.new_slot(name)
+            for oid, offset, length in sealing.writer.entries:
+                table.add_one(slot, oid, offset, length)
         for name in sorted(indexed):
             if not self._load_index(table, name):
                 bare.add(name)
@@ -123,6 +135,7 @@ class PackedBackend:
             indexed, _, _ = packfile.list_packs(self.packs_dir)
             if self._writer is not None:
                 indexed.add(self._writer.name)
+            indexed.update(self._sealing)
             if indexed == self._listed:
                 return False
             if not self._listed <= indexed:
@@ -312,7 +325,7 @@ class PackedBackend:
         offset = writer.append(oid, stored, crc)
         table.add_one(self._writer_slot, oid, offset, len(stored))
         if writer.size >= self.pack_size:
-            self._seal()
+            self._seal_in_background()
         return True
 
     def put_stream(self, oid: ObjectId, chunks: Iterable[bytes]) -> bool:
@@ -330,10 +343,28 @@ class PackedBackend:
         return self._put_new(oid, b"".join(parts))
 
     def _seal(self) -> None:
+        """Publish every pack of this instance: wait for the background seals (raising the
+        first failure; a failed seal is retried by the next call), then seal the open pack.
+        Caller holds the lock."""
+        for name, sealing in list(self._sealing.items()):
+            sealing.finish()  # raises: the pack stays in _sealing, its objects in the table
+            del self._sealing[name]
         if self._writer is not None:
             self._writer.seal()
             self._writer = None
             self._writer_slot = -1
+
+    def _seal_in_background(self) -> None:
+        """Hand the full open pack to a sealing thread; the next put opens a new one."""
+        writer = self._writer
+        assert writer is not None
+        if self.fsync == "none":  # nothing to wait for: no thread
+            self._seal()
+            return
+        writer.flush()  # from now on its records are read through the pack file
+        self._sealing[writer.name] = _Sealing(writer)
+        self._writer = None
+        self._writer_slot = -1
 
     def delete(self, oid: ObjectId) -> int:
         freed = self._loose.delete(oid)
@@ -391,6 +422,7 @@ class PackedBackend:
             _, bare, orphans = packfile.list_packs(self.packs_dir)
             if self._writer is not None:
                 bare.discard(self._writer.name)
+            bare.difference_update(self._sealing)
             for name in sorted(bare):
                 _try_recover(self.packs_dir, name, self.fsync)
             for name in orphans:  # a compaction died between its two unlinks
@@ -404,6 +436,36 @@ class PackedBackend:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds.clear()
+
+
+class _Sealing:
+    """One full pack being sealed (fsync, then its index published) on its own thread."""
+
+    __slots__ = ("error", "thread", "writer")
+
+    def __init__(self, writer: PackWriter) -> None:
+        self.writer = writer
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = threading.Thread(
+            target=self._run, name=f"objstore-seal-{writer.name}")
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.writer.seal()
+        except BaseException as exc:  # noqa: BLE001  (handed to the thread that syncs)
+            self.error = exc
+
+    def finish(self) -> None:
+        """Wait for the seal; after a failure, seal again in this thread (or raise)."""
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+            if self.error is None:
+                return
+            error, self.error = self.error, None
+            raise error
+        self.writer.seal()
 
 
 def _try_recover(directory: str, name: str, fsync: FsyncPolicy) -> bool:

@@ -28,6 +28,7 @@ import sys
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator
+from operator import itemgetter
 from typing import BinaryIO, cast
 
 from objstore.backend import FsyncPolicy
@@ -78,8 +79,11 @@ def index_path(directory: str, name: str) -> str:
 # -- index files -----------------------------------------------------------------------------
 
 
+_by_oid = itemgetter(0)
+
+
 def encode_index(entries: Iterable[Entry], pack_size: int) -> bytes:
-    rows = sorted(entries)
+    rows = sorted(entries, key=_by_oid)  # ids are unique: no need to compare whole tuples
     locations = array("Q", [value for _, offset, length in rows for value in (offset, length)])
     if sys.byteorder != "little":
         locations.byteswap()

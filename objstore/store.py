@@ -153,15 +153,18 @@ class ObjectStore:
 
         Built for a first snapshot of a large tree, where per-file work in a Python thread pool
         is dominated by GIL hand-offs: here the calling thread reads, hashes and stores, and
-        new objects are compressed in batches by `threads` native zstd threads (0: one per CPU)
-        that run without the GIL, overlapping the reading of the next batch. A result is
+        new objects are compressed in batches by `threads` native zstd threads (0: one per CPU
+        but one, since this thread keeps a core busy) that run without the GIL, overlapping the
+        reading of the next batch. A result is
         yielded once its object is written; memory stays bounded by a few batches. Files
         above `stream_threshold` stream through `put_file`'s path, in this thread.
         """
         from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 (see the imports)
 
         level = self.options.compression_level
-        workers = threads or os.cpu_count() or 1
+        # A compression thread more than the cores left over only takes CPU from this one,
+        # which is the critical path (Linux first snapshot, 2 cores: 11.5 s -> 10.4 s with 1).
+        workers = threads or max(1, (os.cpu_count() or 1) - 1)
         pool = (
             ThreadPoolExecutor(1, thread_name_prefix="objstore-compress") if level > 0 else None
         )

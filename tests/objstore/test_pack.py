@@ -356,6 +356,84 @@ def test_threads_putting_and_reading_share_one_pack_safely(tmp_path: Path) -> No
     reader.close()
 
 
+
+# -- background sealing -------------------------------------------------------------------------
+
+
+def test_a_full_pack_is_sealed_in_the_background_and_readable_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from objstore import packfile
+
+    objects = tmp_path / "objects"
+    release = threading.Event()
+    real_write_index = packfile.write_index
+
+    sealed_by: list[str] = []
+
+    def held_write_index(*args: Any, **kwargs: Any) -> None:
+        sealed_by.append(threading.current_thread().name)
+        if threading.current_thread() is not threading.main_thread():
+            release.wait(30)
+        real_write_index(*args, **kwargs)
+
+    monkeypatch.setattr(packfile, "write_index", held_write_index)
+    backend = PackedBackend(str(objects), loose_puts=0, pack_size=64 * KIB)
+    items = blobs(21, 60)  # ~270 KiB: several packs fill up while the first seals are held
+    oids = put_all(backend, items)
+
+    assert pack_files(objects, ".idx") == [] and len(pack_files(objects)) >= 4
+    assert all(backend.get(oid) == data for oid, data in zip(oids, items))
+    other = PackedBackend(str(objects))
+    assert not other.has(oids[0])  # unpublished, and a live writer's: not recovered by others
+    assert backend.sweep_temporaries(time.time() + 86400) == 0  # its own seals are left alone
+    assert all(backend.has(oid) for oid in oids) and pack_files(objects, ".idx") == []
+    release.set()
+    backend.sync()
+
+    assert len(pack_files(objects, ".idx")) == len(pack_files(objects))
+    assert all(other.get(oid) == data for oid, data in zip(oids, items))
+    # Every full pack was sealed off the putting thread; only the last, partial one by sync.
+    assert sealed_by[-1] == "MainThread" and len(sealed_by) == len(pack_files(objects))
+    assert all(name.startswith("objstore-seal-") for name in sealed_by[:-1])
+    backend.close()
+    other.close()
+
+
+def test_a_failed_background_seal_is_raised_by_sync_and_retried_by_the_next(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from objstore import packfile
+
+    objects = tmp_path / "objects"
+    real_write_index = packfile.write_index
+    failures = [OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(objects))]
+
+    def failing_once(*args: Any, **kwargs: Any) -> None:
+        if failures:
+            raise failures.pop()
+        real_write_index(*args, **kwargs)
+
+    monkeypatch.setattr(packfile, "write_index", failing_once)
+    backend = PackedBackend(str(objects), loose_puts=0, pack_size=64 * KIB)
+    items = blobs(22, 30)
+    oids = put_all(backend, items)
+
+    with pytest.raises(OSError) as raised:
+        backend.sync()
+    assert raised.value.errno == errno.ENOSPC
+    assert all(backend.get(oid) == data for oid, data in zip(oids, items))
+    backend.sync()  # space is back: the failed pack is sealed now
+    reader = PackedBackend(str(objects))
+    assert len(pack_files(objects, ".idx")) == len(pack_files(objects))
+    assert sorted(reader.iter_ids()) == sorted(oids)
+    assert all(reader.get(oid) == data for oid, data in zip(oids, items))
+    backend.close()
+    reader.close()
+
+
 # -- large objects ------------------------------------------------------------------------------
 
 READER = """
