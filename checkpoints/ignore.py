@@ -24,18 +24,16 @@ line with a range Python rejects (`[z-a]`) matches nothing.
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import re
 import stat
 import sys
 import warnings
-from collections.abc import Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Final, NamedTuple
-
-from pathspec.patterns.gitignore import GitIgnorePatternError
-from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
+from typing import Any, Final, NamedTuple
 
 GITIGNORE: Final = b".gitignore"
 CKPTIGNORE: Final = b".ckptignore"
@@ -115,16 +113,91 @@ def _compile(source: str) -> re.Pattern[str]:
         return re.compile(source, re.DOTALL)
 
 
+# pathspec's translation of each pattern line seen: [regex source, include] (either None for
+# blanks and comments), or None for a line it rejects. Importing pathspec costs ~55 ms, about
+# what a whole no-change snapshot of the Linux tree costs in Python, and a snapshot after a turn
+# that adds a file needs the rules; so the translations are kept between processes (the caller
+# stores them, see `reuse_translations`) and pathspec is imported only for a line never seen.
+Translation = list[Any] | None
+_translations: dict[str, Translation] = {}
+_KEPT_TRANSLATIONS: Final = 20_000  # more lines than that are translated but not remembered
+
+
+def _translate(line: str) -> Translation:
+    if line in _translations:
+        return _translations[line]
+    from pathspec.patterns.gitignore import GitIgnorePatternError  # noqa: PLC0415
+    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern  # noqa: PLC0415
+
+    translated: Translation
+    try:
+        translated = list(GitIgnoreSpecPattern.pattern_to_regex(line))
+    except (GitIgnorePatternError, re.error):
+        translated = None  # a trailing backslash: git never matches it either
+    if len(_translations) < _KEPT_TRANSLATIONS and _storable(line):
+        _translations[line] = translated
+    return translated
+
+
+def _storable(line: str) -> bool:
+    """A line that is valid UTF-8 (not one with undecodable bytes held as surrogates)."""
+    if line.isascii():
+        return True
+    try:
+        line.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@lru_cache(maxsize=1)
+def translator_identity() -> str:
+    """Names the pathspec that translations come from (its package file, size and mtime,
+    found without importing it): translations made by another one are not reused."""
+    spec = importlib.machinery.PathFinder.find_spec("pathspec")
+    origin = spec.origin if spec is not None else None
+    if not origin:
+        return ""
+    try:
+        st = os.stat(origin)
+    except OSError:
+        return ""
+    return f"{origin}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def reuse_translations(identity: str, table: Mapping[str, Any]) -> None:
+    """Take translations saved by `known_translations` (in another process), if they were made
+    by the pathspec installed now; entries of the wrong shape are ignored."""
+    if not identity or identity != translator_identity():
+        return
+    for line, translated in table.items():
+        if type(line) is not str or line in _translations:
+            continue
+        if translated is None or (
+            type(translated) is list and len(translated) == 2
+            and (translated[0] is None or type(translated[0]) is str)
+            and (translated[1] is None or type(translated[1]) is bool)
+        ):
+            _translations[line] = translated
+
+
+def known_translations() -> tuple[str, dict[str, Translation]]:
+    """(identity, line -> translation) of every line translated in this process so far."""
+    return translator_identity(), dict(_translations)
+
+
 @lru_cache(maxsize=8192)
 def _parse_line(line: str) -> _Rule | None:
     """Compile one pattern line; None for blanks, comments and patterns git never matches."""
+    translated = _translate(line)
+    if translated is None:
+        return None
+    source, include = translated
+    if source is None or include is None:
+        return None
     try:
-        source, include = GitIgnoreSpecPattern.pattern_to_regex(line)
-        if source is None or include is None:
-            return None
         return _classify(line, source, include)
-    except (GitIgnorePatternError, re.error):
-        # A trailing backslash (git never matches it either) or a range Python rejects ("[z-a]").
+    except re.error:  # a range Python rejects ("[z-a]")
         return None
 
 

@@ -199,9 +199,11 @@ class Checkpoints:
             return []
         return [parse_relpath(rel)]
 
-    def _rules(self) -> IgnoreRules:
-        from checkpoints.ignore import IgnoreRules  # noqa: PLC0415  (lazy: pathspec is slow to import)
+    def _rules(self, translations: tuple[str, Mapping[str, Any]] | None = None) -> IgnoreRules:
+        from checkpoints.ignore import IgnoreRules, reuse_translations  # noqa: PLC0415  (lazy)
 
+        if translations is not None:  # saved by an earlier scan: spares importing pathspec
+            reuse_translations(*translations)
         return IgnoreRules.load(self._root_b, use_gitignore=self.config.use_gitignore,
                                 extra_patterns=self.config.extra_ignore, excluded=self._store_rel())
 
@@ -259,14 +261,27 @@ class Checkpoints:
                                                     tuple(self.config.extra_ignore),
                                                     tuple(self._store_rel()))))
         start_ns = time.time_ns()
+        loaded: list[IgnoreRules] = []
+
+        def rules() -> IgnoreRules:  # loaded by the scan only where a name must be decided
+            loaded.append(self._rules(cache.ignore_translations))
+            return loaded[-1]
+
         with _naming(os.path.join(self.store_dir, "objects")):
             if covered is None:
-                result, new_cache = scan_workspace(self._root_b, self.objects, self._rules, cache,
+                result, new_cache = scan_workspace(self._root_b, self.objects, rules, cache,
                                                    options=options, scan_start_ns=start_ns, progress=progress)
             else:
-                result, new_cache = scan_paths(self._root_b, covered, self.objects, self._rules, cache,
+                result, new_cache = scan_paths(self._root_b, covered, self.objects, rules, cache,
                                                options=options, scan_start_ns=start_ns, progress=progress)
             self.objects.sync()
+        new_cache.ignore_translations = cache.ignore_translations
+        if loaded:
+            from checkpoints.ignore import known_translations  # noqa: PLC0415  (loaded already)
+
+            new_cache.ignore_translations = known_translations()
+            if new_cache.ignore_translations != cache.ignore_translations:
+                new_cache.dirty = True
         if new_cache.dirty:
             with _naming(self._cache_path):
                 write_stat_cache(self._cache_path, new_cache)

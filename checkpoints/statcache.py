@@ -209,6 +209,9 @@ class StatCache:
     needs_verification: bool = False
     # False when a scan reused every record as it was: saving it again would change nothing.
     dirty: bool = True
+    # (translator identity, pattern line -> translation) for ignore.py: kept here because this
+    # file is already read by every scan, and a lost table costs only an import.
+    ignore_translations: tuple[str, dict[str, Any]] | None = None
 
 
 class StatLike(Protocol):
@@ -247,8 +250,9 @@ class _OtherVersion(Exception):
     """A cache written by another version of ckpt: not damage, just not usable."""
 
 
-def _decode(data: bytes) -> tuple[int, str, DirTable]:
-    """(gc generation, settings, records) of a cache file; ValueError (or CorruptObject) if damaged."""
+def _decode(data: bytes) -> tuple[int, str, DirTable, tuple[str, dict[str, Any]] | None]:
+    """(gc generation, settings, records, ignore translations) of a cache file; ValueError (or
+    CorruptObject) if damaged."""
     body, digest = memoryview(data)[:-OID_SIZE], data[-OID_SIZE:]  # a view: 11 MB not copied
     if len(data) <= OID_SIZE or hash_bytes(body) != digest:
         try:
@@ -259,18 +263,22 @@ def _decode(data: bytes) -> tuple[int, str, DirTable]:
             raise _OtherVersion
         raise ValueError("checksum mismatch (damaged or truncated)")
     payload = unpack_data(body, what="stat cache")
-    if not isinstance(payload, list) or len(payload) != 4:
+    if not isinstance(payload, list) or len(payload) not in (4, 5):  # 4: no translations yet
         if isinstance(payload, list) and payload and payload[0] != CACHE_VERSION:
             raise _OtherVersion
         raise TypeError("not a stat cache")
     if payload[0] != CACHE_VERSION:
         raise _OtherVersion
-    _, cached_generation, settings, wire = payload
+    _, cached_generation, settings, wire, *extra = payload
     if not isinstance(settings, str) or not isinstance(wire, dict):
         raise TypeError("bad settings")
+    translations = None
+    if extra and isinstance(extra[0], list) and len(extra[0]) == 2 \
+            and isinstance(extra[0][0], str) and isinstance(extra[0][1], dict):
+        translations = (extra[0][0], extra[0][1])  # entries are checked by ignore.py
     # Records are checked when decoded (DirRecord.from_wire); the native walk skips any entry
     # that is not [bytes, bytes, ...].
-    return cached_generation, settings, DirTable(wire)
+    return cached_generation, settings, DirTable(wire), translations
 
 
 def _read(path: str) -> bytes | None:
@@ -286,12 +294,13 @@ def read_stat_cache(path: str, *, gc_generation: int) -> StatCache:
     if data is None:
         return StatCache(gc_generation=gc_generation)
     try:
-        cached_generation, settings, dirs = _decode(data)
+        cached_generation, settings, dirs, translations = _decode(data)
     except (_OtherVersion, CorruptObject, ValueError, TypeError, KeyError, IndexError):
         # A damaged cache costs only speed: everything is hashed again.
         return StatCache(gc_generation=gc_generation)
     return StatCache(dirs, gc_generation, settings,
-                     needs_verification=cached_generation != gc_generation)
+                     needs_verification=cached_generation != gc_generation,
+                     ignore_translations=translations)
 
 
 def record_restored(cache: StatCache, written: Iterable[tuple[bytes, int, StatLike, bytes]],
@@ -354,7 +363,9 @@ def check_stat_cache(path: str) -> str | None:
 
 
 def write_stat_cache(path: str, cache: StatCache) -> None:
-    data = pack_data((CACHE_VERSION, cache.gc_generation, cache.settings, cache.dirs.to_wire()))
+    translations = list(cache.ignore_translations) if cache.ignore_translations else None
+    data = pack_data((CACHE_VERSION, cache.gc_generation, cache.settings, cache.dirs.to_wire(),
+                      translations))
     data += hash_bytes(data)
     temp = f"{path}.tmp-{os.urandom(4).hex()}"
     try:

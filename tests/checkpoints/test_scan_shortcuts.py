@@ -455,3 +455,67 @@ def test_a_cache_round_trips_with_rows_left_packed_until_asked(tmp_path: Path) -
     assert again.dirs[b""]._rows is None  # not decoded by loading
     assert again.dirs[b""].rows == cache.dirs[b""].rows
     assert read_stat_cache(path, gc_generation=4).needs_verification
+
+
+# -- ignore rules without pathspec ---------------------------------------------------------------
+
+_CREATE_IN_A_FRESH_PROCESS = """
+import json, sys
+from checkpoints.service import Checkpoints
+with Checkpoints.open(sys.argv[1]) as cp:
+    record = cp.create()
+    names = sorted(f.path.decode() for f in cp.files(record.id))
+print(json.dumps({"pathspec": "pathspec" in sys.modules, "names": names}))
+"""
+
+
+def _create_in_a_fresh_process(root: Path) -> dict[str, Any]:
+    import json
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    path = os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
+    run = subprocess.run([sys.executable, "-c", _CREATE_IN_A_FRESH_PROCESS, str(root)],
+                         capture_output=True, text=True, env=env, check=True, timeout=120)
+    return json.loads(run.stdout)  # type: ignore[no-any-return]
+
+
+def test_ignore_rules_come_from_saved_translations_without_importing_pathspec(
+        tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "src").mkdir(parents=True)
+    (root / ".gitignore").write_text("*.log\nbuild/\n!keep.log\n/top-[ab].txt\n**/tmp/**\n")
+    (root / "src" / "a.py").write_text("a")
+    with Checkpoints.init(str(root)):
+        pass
+    first = _create_in_a_fresh_process(root)
+    assert first["pathspec"] and first["names"] == [".gitignore", "src/a.py"]
+    for name in ("src/new.py", "src/new.log", "src/keep.log", "top-a.txt", "top-c.txt",
+                 "build/out.o", "src/tmp/x/y.txt"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(name)
+
+    second = _create_in_a_fresh_process(root)
+
+    # New names had to be decided by the rules, from the translations the first process saved.
+    assert not second["pathspec"]
+    assert second["names"] == [".gitignore", "src/a.py", "src/keep.log", "src/new.py",
+                               "top-c.txt"]
+
+
+def test_translations_of_another_pathspec_are_not_reused(tmp_path: Path) -> None:
+    from checkpoints import ignore
+
+    cache_path = str(tmp_path / "cache")
+    saved = ("another pathspec", {"*.log": [None, None]})
+    cache = StatCache(settings="s", ignore_translations=saved)
+    write_stat_cache(cache_path, cache)
+    loaded = read_stat_cache(cache_path, gc_generation=0)
+    assert loaded.ignore_translations == saved
+    before = dict(ignore._translations)
+    ignore.reuse_translations(*loaded.ignore_translations)  # a different identity: ignored
+    assert ignore._translations == before
+    ignore.reuse_translations(ignore.translator_identity(), {"x-never-seen-line": ["bad"], 3: None})
+    assert ignore._translations == before  # wrong shapes are ignored
