@@ -15,7 +15,6 @@ import dataclasses
 import math
 import os
 import re
-import tempfile
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -154,6 +153,8 @@ def write_config(store_dir: str, cfg: StoreConfig) -> None:
     Every setting is written, defaults included, so the file documents what is in force.
     Always durable whatever `cfg.fsync` says: the file is tiny and rarely written.
     """
+    import tempfile  # noqa: PLC0415  (lazy: ~5 ms with shutil; only writing the config needs it)
+
     path = os.path.join(store_dir, CONFIG_FILE)
     fd, tmp = tempfile.mkstemp(prefix=f".{CONFIG_FILE}.", suffix=".tmp", dir=store_dir)
     try:
