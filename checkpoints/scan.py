@@ -216,7 +216,11 @@ class _Scanner:
         for key in keys:
             node = self._nodes.get(key)
             if node is not None:  # a start: its cached record stands for it
-                node.fast = True
+                # With its listing, which stays true if a change below makes us rebuild it
+                # (without it the record would lose its listing, and the next scan the shortcut).
+                cached = self.cache.dirs.get(key)
+                assert cached is not None  # unchanged: known
+                node.fast, node.listing = True, cached.listing
 
     def _reached(self, key: bytes, *, unchanged: bool = False) -> _Dir:
         """The node of a directory the walk reached through unchanged ones, with the nodes of

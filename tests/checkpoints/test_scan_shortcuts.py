@@ -262,6 +262,28 @@ def _names_at(store: ObjectStore, tree: Any, path: bytes) -> list[bytes]:
     return store.get_tree(tree).names()
 
 
+def test_a_change_deep_down_costs_one_cache_write_not_two(tmp_path: Path, worktree_at: Any) -> None:
+    work = worktree_at(tmp_path / "ws")
+    for d in range(3):
+        work.write(f"a/b{d}/c/f.txt", b"%d" % d)
+    with closing(ObjectStore.init(str(tmp_path / "store"))) as store:
+        _settle()
+        _, cache = _scan(work.root, store, StatCache())
+        _settle()
+        _, cache = _scan(work.root, store, cache)
+        work.write("a/b1/c/f.txt", b"edited")
+        _settle()
+        edited, cache = _scan(work.root, store, cache)
+        assert cache.dirty and edited.hashed == 1
+        _settle()
+
+        again, after = _scan(work.root, store, cache)
+
+    # The directories rebuilt around the edit (a/b1/c up to the root) kept their listings:
+    # the next scan takes every directory whole and has nothing to save.
+    assert again.tree == edited.tree and again.dirs_unchanged == 8 and not after.dirty
+
+
 def test_an_ignore_file_above_an_unchanged_directory_is_honoured(tmp_path: Path,
                                                                  worktree_at: Any) -> None:
     work = worktree_at(tmp_path / "ws")
