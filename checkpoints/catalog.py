@@ -21,6 +21,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -218,15 +219,15 @@ class Catalog:
         catalog = cls(conn, path)
         try:
             with catalog._guard():
-                catalog._setup(fsync)
+                catalog._setup(fsync, busy_timeout)
         except BaseException:
             conn.close()
             raise
         return catalog
 
-    def _setup(self, fsync: str) -> None:
+    def _setup(self, fsync: str, busy_timeout: float) -> None:
         conn = self._conn
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = self._use_wal(busy_timeout)
         if str(mode).lower() != "wal":
             raise CatalogCorrupt(self.path, f"cannot use WAL journal mode (got {mode})")
         conn.execute(f"PRAGMA synchronous = {'NORMAL' if fsync == 'none' else 'FULL'}")
@@ -241,6 +242,19 @@ class Catalog:
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+
+    def _use_wal(self, busy_timeout: float) -> str:
+        """Switch to WAL, waiting up to `busy_timeout` for another process switching too: while
+        two processes create one new catalog SQLite can answer "locked" at once, without calling
+        its busy handler (it would deadlock), so the wait is ours."""
+        deadline = time.monotonic() + busy_timeout
+        while True:
+            try:
+                return str(self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.005)
 
     def _check_version(self) -> int:
         version = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
