@@ -73,8 +73,8 @@ class PackedBackend:
         self._loose_names: dict[str, set[str]] = {}
         self._fds: dict[str, int] = {}
         self._deleted: dict[str, Deletion] = {}  # by pack name, applied at sync/compact
-        # Full packs being sealed in the background (or whose seal failed): by name, with
-        # their slot in the table. Their records are in the table and readable by path.
+        # Full packs being sealed in the background (or whose seal failed), by name. Their
+        # records stay in the table and are read through the pack file.
         self._sealing: dict[str, _Sealing] = {}
 
     # -- the index -------------------------------------------------------------------------
@@ -457,7 +457,8 @@ class _Sealing:
             self.error = exc
 
     def finish(self) -> None:
-        """Wait for the seal; after a failure, seal again in this thread (or raise)."""
+        """Wait for the seal and raise what it failed with; once that has been raised, the
+        next call seals again in the calling thread."""
         if self.thread is not None:
             self.thread.join()
             self.thread = None
