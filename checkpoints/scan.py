@@ -55,6 +55,7 @@ from objstore import (
     PutResult,
     Tree,
     TreeEntry,
+    make_entry,
 )
 
 if TYPE_CHECKING:  # pathspec costs ~60 ms to import: only snapshots pay for it
@@ -458,7 +459,7 @@ class _Scanner:
                 files += child.files
                 leaves = -1 if leaves < 0 or child.leaves < 0 else leaves + child.leaves
                 row = [name, _TREE, child.size, 0, 0, 0, 0, child.tree, False]
-                entries.append(TreeEntry(name, EntryKind.TREE, child.tree, None, child.size))
+                entries.append(make_entry(name, EntryKind.TREE, child.tree, None, child.size))
             elif kind == _TOMB:
                 entries.append(TreeEntry(name, EntryKind.TOMBSTONE))
             elif row[REF] is None:  # could not be read: skipped (and reported) by the job
@@ -470,7 +471,7 @@ class _Scanner:
                 leaves += leaves >= 0
                 files += 1
                 size += row[SIZE]
-                entries.append(TreeEntry(name, _KIND_OF[kind], row[REF], None, row[SIZE]))
+                entries.append(make_entry(name, _KIND_OF[kind], row[REF], None, row[SIZE]))
             rows.append(row)
         self.rebuilt_dirs += 1
         tree_id, stored = self.store.store_tree(Tree(tuple(entries)))

@@ -14,7 +14,7 @@ from objstore.errors import (
     UnsupportedFormat,
 )
 from objstore.ids import ObjectId, hash_bytes, oid_hex, parse_oid
-from objstore.objects import EntryKind, Tree, TreeEntry
+from objstore.objects import EntryKind, Tree, TreeEntry, make_entry
 from objstore.store import ObjectStore, PutResult, StoreOptions
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "TreeEntry",
     "UnsupportedFormat",
     "hash_bytes",
+    "make_entry",
     "oid_hex",
     "parse_oid",
 ]

@@ -22,7 +22,7 @@ import zstandard
 
 from objstore.errors import CorruptObject, InvalidTree, ObjstoreError
 from objstore.ids import OID_SIZE, ObjectId
-from objstore.objects import EntryKind, Tree, TreeEntry
+from objstore.objects import EntryKind, Tree, TreeEntry, make_entry
 
 MAGIC = b"CKO"
 FORMAT = 1
@@ -253,7 +253,7 @@ def decode_tree(data: bytes, oid: ObjectId | None = None) -> Tree:
                 if ref is not None and type(ref) is bytes and kind is not EntryKind.TOMBSTONE:
                     if len(ref) != OID_SIZE:
                         raise InvalidTree(oid, f"entry {name!r} has a bad object id")
-                entries.append(TreeEntry(name, kind, ref, None, size))
+                entries.append(make_entry(name, kind, ref, None, size))
         tree = Tree(tuple(entries))
     except InvalidTree as exc:
         if exc.oid is None:

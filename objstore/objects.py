@@ -38,23 +38,47 @@ class TreeEntry:
     size: int = 0  # file bytes; for a tree, the file bytes below it
 
     def __post_init__(self) -> None:
-        # The common case (a file or tree entry with a plain name) in one expression: a first
-        # snapshot of a large tree builds ~80k entries. Anything else gets the full check.
-        name, oid, size = self.name, self.oid, self.size
-        if not (
-            self.kind in _ID_KINDS
-            and type(name) is bytes
-            and name
-            and b"/" not in name
-            and b"\0" not in name
-            and name not in _DOT_NAMES
-            and type(oid) is bytes
-            and len(oid) == OID_SIZE
-            and self.target is None
-            and type(size) is int
-            and 0 <= size < _SIZE_LIMIT
-        ):
+        if not _common_entry(self.name, self.kind, self.oid, self.target, self.size):
             validate_entry(self)
+
+
+def _common_entry(name: object, kind: object, oid: object, target: object, size: object) -> bool:
+    """A file or tree entry with a plain name, in one expression: the case of ~80k entries of a
+    first snapshot of a large tree. Anything else gets the full check (`validate_entry`)."""
+    return (
+        kind in _ID_KINDS
+        and type(name) is bytes
+        and bool(name)
+        and b"/" not in name
+        and b"\0" not in name
+        and name not in _DOT_NAMES
+        and type(oid) is bytes
+        and len(oid) == OID_SIZE
+        and target is None
+        and type(size) is int
+        and 0 <= size < _SIZE_LIMIT
+    )
+
+
+_new_object = object.__new__
+_set_field = object.__setattr__
+
+
+def make_entry(name: bytes, kind: EntryKind, oid: ObjectId | None, target: bytes | None = None,
+               size: int = 0) -> TreeEntry:
+    """`TreeEntry(name, kind, oid, target, size)`, validated the same way, in under half the
+    time for the common entry (the generated constructor of a frozen dataclass sets each field
+    through a Python-level call and then calls __post_init__): for the hot loops that build or
+    decode whole trees."""
+    if not _common_entry(name, kind, oid, target, size):
+        return TreeEntry(name, kind, oid, target, size)
+    entry: TreeEntry = _new_object(TreeEntry)
+    _set_field(entry, "name", name)
+    _set_field(entry, "kind", kind)
+    _set_field(entry, "oid", oid)
+    _set_field(entry, "target", target)
+    _set_field(entry, "size", size)
+    return entry
 
 
 _ID_KINDS = frozenset((EntryKind.FILE, EntryKind.EXECUTABLE, EntryKind.TREE))

@@ -301,3 +301,25 @@ def test_find_returns_entry_by_exact_name_or_none() -> None:
     assert found is not None and found.name == b"b\xff"
     assert tree.find(b"b") is None
     assert tree.find(b"zz") is None
+
+
+@given(
+    st.one_of(names, st.sampled_from([b"", b".", b"..", b"a/b", b"a\0b"]), st.just("text")),
+    st.sampled_from(EntryKind),
+    st.one_of(st.none(), oids, st.binary(max_size=40)),
+    st.one_of(st.none(), targets),
+    st.one_of(sizes, st.integers(min_value=-3, max_value=-1), st.just(1 << 64)),
+)
+@settings(max_examples=300)
+def test_make_entry_accepts_and_rejects_exactly_what_the_constructor_does(
+        name: object, kind: EntryKind, oid: object, target: object, size: object) -> None:
+    from objstore import make_entry
+
+    try:
+        expected = TreeEntry(name, kind, oid, target, size)  # type: ignore[arg-type]
+    except InvalidTree:
+        with pytest.raises(InvalidTree):
+            make_entry(name, kind, oid, target, size)  # type: ignore[arg-type]
+        return
+    made = make_entry(name, kind, oid, target, size)  # type: ignore[arg-type]
+    assert made == expected and hash(made) == hash(expected) and repr(made) == repr(expected)
