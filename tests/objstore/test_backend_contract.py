@@ -388,3 +388,30 @@ def test_sweep_temporaries_removes_only_leftovers_older_than_the_cutoff(
     assert backend.sweep_temporaries(harness.now() + 3600) == 1
     assert harness.leftovers() == []
     assert backend.get(old_object) == b"keep me"  # objects are never swept, however old
+
+
+def test_a_batch_sync_fsyncs_exactly_the_new_objects_then_their_directories(
+        tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = str(tmp_path) + "/objects"
+    os.makedirs(root)
+    backend = LocalBackend(root, fsync="batch")
+    blobs = [b"object %d" % n for n in range(12)]
+    oids = [hash_bytes(data) for data in blobs]
+    for oid, data in zip(oids, blobs):
+        backend.put(oid, data)
+    os.unlink(f"{root}/{oids[0].hex()[:2]}/{oids[0].hex()[2:]}")  # removed before the sync
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    backend.sync()
+    backend.sync()  # nothing new: nothing to do
+
+    files = {f"{root}/{oid.hex()[:2]}/{oid.hex()[2:]}" for oid in oids[1:]}
+    dirs = {f"{root}/{oid.hex()[:2]}" for oid in oids} | {root}
+    assert sorted(synced[:len(files)]) == sorted(files)  # every file, before any directory
+    assert sorted(synced[len(files):]) == sorted(dirs)
