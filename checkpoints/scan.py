@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from checkpoints.dirlisting import MaybeNames, iter_listing, walk_dirs
+from checkpoints.dirlisting import Known, MaybeNames, iter_listing, walk_dirs
 from checkpoints.model import SkippedPath
 from checkpoints.paths import RelPath, ancestors, parse_relpath
 from checkpoints.statcache import (
@@ -45,6 +45,7 @@ from checkpoints.statcache import (
     StatCache,
     StatLike,
     make_row,
+    row_name,
     same_stat,
 )
 from objstore import (
@@ -163,6 +164,7 @@ class _Scanner:
         # Whole-directory shortcuts need ids that surely exist and rows made under these rules.
         self.shortcuts = not cache.needs_verification and cache.settings == options.settings
         self._nodes: dict[bytes, _Dir] = {}
+        self._known: Known = {}  # what the walk compared listings against (see walk)
 
     def _trusted(self, oid: bytes) -> bool:
         """After a GC, an id remembered by the cache may be gone: check before reuse."""
@@ -185,12 +187,12 @@ class _Scanner:
         whose listing changed, their ancestors and their subdirectories. Whole unchanged
         subtrees are walked by `walk_dirs` alone; their records go to the new cache as they are."""
         threads = self.options.threads or os.cpu_count() or 1
-        known = self.cache.dirs.known() if self.shortcuts else None
+        known = self._known = self.cache.dirs.known() if self.shortcuts else {}
         nodes = self._nodes = {top.key: top}
         pending = [top]
         while pending:
             reports, unchanged = walk_dirs(
-                [(n.key, n.fs_path, n.rules_clean) for n in pending], known, threads)
+                [(n.key, n.fs_path, n.rules_clean) for n in pending], known or None, threads)
             self._take_unchanged(unchanged)
             following: list[_Dir] = []
             for key, outcome in reports:
@@ -217,11 +219,7 @@ class _Scanner:
         for key in keys:
             node = self._nodes.get(key)
             if node is not None:  # a start: its cached record stands for it
-                # With its listing, which stays true if a change below makes us rebuild it
-                # (without it the record would lose its listing, and the next scan the shortcut).
-                cached = self.cache.dirs.get(key)
-                assert cached is not None  # unchanged: known
-                node.fast, node.listing = True, cached.listing
+                self._mark_unchanged(node)
 
     def _reached(self, key: bytes, *, unchanged: bool = False) -> _Dir:
         """The node of a directory the walk reached through unchanged ones, with the nodes of
@@ -230,12 +228,17 @@ class _Scanner:
         parent = self._nodes.get(parent_key) or self._reached(parent_key, unchanged=True)
         node = _Dir(key, parent.fs_path + b"/" + name, parent=parent, rules_clean=True)
         if unchanged:
-            cached = self.cache.dirs.get(key)
-            assert cached is not None  # walked through: known
-            node.fast, node.listing = True, cached.listing
+            self._mark_unchanged(node)
         parent.children[name] = node
         self._nodes[key] = node
         return node
+
+    def _mark_unchanged(self, node: _Dir) -> None:
+        """The walk found `node`'s listing equal to the cached one: its rows are the cached
+        record's, and so is its listing, which stays true if a change below makes the build
+        rebuild it (without it the new record would lose the listing, the next scan the
+        shortcut). Taken from the walk's table, so that the record is not decoded for it."""
+        node.fast, node.listing = True, self._known[node.key][0]
 
     def _rules_of(self, node: _Dir) -> DirRules:
         rules = node.rules
@@ -449,7 +452,7 @@ class _Scanner:
         rows: list[Row] = []
         entries: list[TreeEntry] = []
         size = files = leaves = 0
-        node.rows.sort(key=_row_name)
+        node.rows.sort(key=row_name)
         for row in node.rows:
             name, kind = row[NAME], row[KIND]
             if kind == _TREE:
@@ -639,7 +642,7 @@ def scan_paths(
             if len(node.rows) > added:
                 leaves.append((node.key, node.rows[-1]))
     for node in virtual_nodes:
-        node.rows.sort(key=_row_name)
+        node.rows.sort(key=row_name)
     hashed = scanner.hash_all()
     _remember_leaves(scanner.new_cache, leaves)
     scanner.build(walked)
@@ -662,7 +665,7 @@ def _remember_leaves(cache: StatCache, leaves: Sequence[tuple[bytes, Row]]) -> N
         rows = [] if record is None else record.rows
         if row in rows:
             continue  # a cache hit: the record is still exact
-        rows = sorted([r for r in rows if r[NAME] != row[NAME]] + [row], key=_row_name)
+        rows = sorted([r for r in rows if r[NAME] != row[NAME]] + [row], key=row_name)
         cache.dirs[parent] = DirRecord(b"", 0, 0, rows)
         key = parent
         while key:
@@ -683,5 +686,3 @@ def _depth(node: _Dir) -> int:
     return node.key.count(b"/") + bool(node.key)
 
 
-def _row_name(row: Row) -> bytes:
-    return row[NAME]  # type: ignore[no-any-return]

@@ -325,7 +325,7 @@ def record_restored(cache: StatCache, written: Iterable[tuple[bytes, int, StatLi
         written_here, removed_here = new_rows.get(parent, {}), gone.get(parent, set())
         rows = [r for r in record.rows if r[NAME] not in written_here and r[NAME] not in removed_here]
         rows.extend(written_here.values())
-        rows.sort(key=_row_name)
+        rows.sort(key=row_name)
         record.rows = rows
     touched = new_rows.keys() | gone.keys()
     for key in touched:
@@ -338,7 +338,7 @@ def record_restored(cache: StatCache, written: Iterable[tuple[bytes, int, StatLi
             key = key.rpartition(b"/")[0]
 
 
-def _row_name(row: Row) -> bytes:
+def row_name(row: Row) -> bytes:
     return row[NAME]  # type: ignore[no-any-return]
 
 
