@@ -1,10 +1,10 @@
-"""`PackedBackend`: bulk puts append to pack files; small increments stay loose objects.
+"""`PackedBackend`: puts append to pack files; only objects larger than `large_object` are loose.
 
-The loose-file backend costs one file creation (~0.3 ms here) per object, which dominates a
-first snapshot of a large tree. This backend keeps that cost only for the first
-`loose_puts` new objects between two `sync()`s (an agent turn's few new objects cost no pack),
-and for objects larger than `large_object` (they stream to a loose file, so a big put never
-holds the pack lock while it compresses). Everything else is appended to this instance's own
+The loose-file backend costs one file creation (0.3-1 ms here) per object, which dominates a
+first snapshot of a large tree and even an agent turn's snapshot (60-110 new objects). This
+backend keeps that cost for objects larger than `large_object` (they stream to a loose file,
+so a big put never holds the pack lock while it compresses) and, if asked, for the first
+`loose_puts` new objects between two `sync()`s. Everything else is appended to this instance's own
 pack (`<path>/packs/pack-<random>.pack`, never shared between processes or instances), which is
 sealed at ~`pack_size`, at `sync()` and at `close()`: sealing fsyncs the pack (per policy) and
 then publishes its `.idx`. A pack's objects become visible to other processes when its `.idx`
@@ -17,6 +17,9 @@ Packs and indexes are immutable once published. Deleting packed objects marks th
 are applied at `sync()`/`close()`/`compact()` by rewriting each affected pack without them
 (new pack + index published first, then the old pack, then its index unlinked: a crash leaves
 duplicates, never a loss). `compact()` also folds loose objects and small packs into packs.
+An agent session writes one small pack per checkpoint: once there are more than
+`fold_after` packs below `pack_size / 4`, `sync()` folds the lightest of them together
+(`repack.packs_to_fold`), so a store opened late in a long session reads a few indexes.
 
 A pack left without an index by a dead writer (its `flock` is free) is indexed by scanning it
 when the store is opened: every intact record before a torn tail is kept, so a killed first
@@ -35,12 +38,12 @@ from typing import BinaryIO, TypeVar
 
 from objstore import packfile
 from objstore.backend import FsyncPolicy, ObjectStat
-from objstore.errors import ObjectNotFound
+from objstore.errors import CorruptObject, ObjectNotFound
 from objstore.ids import ObjectId
 from objstore.local import LocalBackend, remove_if_older
 from objstore.packfile import PackWriter, pack_path
 from objstore.packtable import PackTable
-from objstore.repack import Deletion, compact_packs
+from objstore.repack import Deletion, compact_packs, fold_packs, packs_to_fold
 
 PACKS_DIR = "packs"
 _T = TypeVar("_T")
@@ -53,14 +56,16 @@ class PackedBackend:
     same store at once (each to its own packs). Call `sync()` (or `close()`) to publish.
     """
 
-    def __init__(self, path: str, *, fsync: FsyncPolicy = "batch", loose_puts: int = 128,
-                 large_object: int = 8 << 20, pack_size: int = 64 << 20) -> None:
+    def __init__(self, path: str, *, fsync: FsyncPolicy = "batch", loose_puts: int = 0,
+                 large_object: int = 8 << 20, pack_size: int = 64 << 20,
+                 fold_after: int = 8) -> None:
         self.path = path
         self.fsync = fsync
         self.packs_dir = f"{path}/{PACKS_DIR}"
         self.loose_puts = loose_puts
         self.large_object = large_object
         self.pack_size = pack_size
+        self.fold_after = fold_after
         self._loose = LocalBackend(path, fsync=fsync)
         self._lock = threading.RLock()
         self._table: PackTable | None = None
@@ -72,6 +77,10 @@ class PackedBackend:
         # new object. May miss objects other processes write later (then we store a duplicate).
         self._loose_names: dict[str, set[str]] = {}
         self._fds: dict[str, int] = {}
+        # Reads in flight per descriptor: the descriptor of a pack gone from the table
+        # (compacted or folded) is closed when its last read ends, not under that read.
+        self._reading: dict[int, int] = {}
+        self._retired: set[int] = set()
         self._deleted: dict[str, Deletion] = {}  # by pack name, applied at sync/compact
         # Full packs being sealed in the background (or whose seal failed), by name. Their
         # records stay in the table and are read through the pack file.
@@ -117,6 +126,12 @@ class PackedBackend:
                 table.pop(doomed)
         self._listed = frozenset(table.packs)
         self._table = table
+        for name in [name for name in self._fds if name not in self._listed]:
+            fd = self._fds.pop(name)
+            if fd in self._reading:
+                self._retired.add(fd)
+            else:
+                os.close(fd)
 
     def _load_index(self, table: PackTable, name: str) -> bool:
         try:
@@ -224,10 +239,20 @@ class PackedBackend:
                     writer.flush()
                 return packfile.read_exactly(writer.fd, offset, length)
             fd = self._fds.get(name)
-            if fd is None:  # kept open until close(): reads stay valid after a compaction
+            if fd is None:  # kept open until the pack leaves the table, or close()
                 fd = self._fds[name] = os.open(pack_path(self.packs_dir, name),
                                                os.O_RDONLY | os.O_CLOEXEC)
-        return packfile.read_exactly(fd, offset, length)
+            self._reading[fd] = self._reading.get(fd, 0) + 1
+        try:
+            return packfile.read_exactly(fd, offset, length)
+        finally:
+            with self._lock:
+                left = self._reading.pop(fd) - 1
+                if left:
+                    self._reading[fd] = left
+                elif fd in self._retired:
+                    self._retired.discard(fd)
+                    os.close(fd)
 
     def _open_slice(self, name: str, slot: int, offset: int, length: int) -> BinaryIO:
         with self._lock:
@@ -241,6 +266,8 @@ class PackedBackend:
             found = self._find(oid)
             try:
                 return packed(*found) if found is not None else loose(oid)
+            except EOFError as exc:  # the index promises more than the pack holds
+                raise CorruptObject(oid, f"{exc} ({found[0] if found else 'loose'})") from exc
             except (FileNotFoundError, ObjectNotFound):
                 if attempt == 0:
                     self._catch_up()  # published or compacted by another process since
@@ -388,13 +415,42 @@ class PackedBackend:
         return freed
 
     def sync(self) -> None:
-        """Seal the open pack (publishing it), sync loose objects, apply deletions."""
+        """Seal the open pack (publishing it), sync loose objects, apply deletions, fold small
+        packs once there are too many."""
         with self._lock:
+            sealed = self._writer is not None
             self._seal()
             self._loose.sync()
             self._loose_left = self.loose_puts
             if self._deleted:
                 self._compact(repack=False)
+            if sealed:  # only a new pack can tip the count
+                self._fold_small_packs()
+
+    def _fold_small_packs(self) -> None:
+        """Maintenance, not durability: the objects are published already, so a fold that
+        fails (a full disk) changes nothing and the next sync tries again."""
+        indexed, _, _ = packfile.list_packs(self.packs_dir)
+        if len(indexed) <= self.fold_after:
+            return
+        sizes = {}
+        for name in indexed:
+            try:
+                size = os.stat(pack_path(self.packs_dir, name)).st_size
+            except FileNotFoundError:  # compacted by another process meanwhile
+                continue
+            if size < self.pack_size // 4:
+                sizes[name] = size
+        doomed = packs_to_fold(sizes, keep_at_most=self.fold_after)
+        if not doomed:
+            return
+        try:
+            fold_packs(self.packs_dir, doomed, fsync=self.fsync, pack_size=self.pack_size,
+                       loose=self._loose)
+        except OSError:
+            pass  # its new pack was abandoned, its sources kept: nothing changed
+        finally:
+            self._rebuild()
 
     def compact(self) -> int:
         """Apply deletions, then fold loose objects and small packs into packs (GC calls it).
@@ -436,6 +492,9 @@ class PackedBackend:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds.clear()
+            for fd in self._retired:  # only if a read is still going: it fails, as it would
+                os.close(fd)           # after close() anyway
+            self._retired.clear()
 
 
 class _Sealing:

@@ -3,9 +3,11 @@
 Built from pack index files (`packfile.read_index`) and from a writer's own unpublished
 records; `PackedBackend` owns when it is built, extended or replaced. It does no IO itself.
 
-A published index is first searched in place (binary search over its sorted ids, narrowed by
-the first byte), so a process that looks up a few dozen ids (an agent turn's snapshot) never
-pays for a dict of every object. After `_MERGE_AFTER` lookups, or on the first operation that
+A large published index is first searched in place (binary search over its sorted ids, narrowed
+by the first byte), so a process that looks up a few dozen ids (an agent turn's snapshot) never
+pays for a dict of every object. A small one (an agent turn's pack) goes straight into the dict:
+a lookup, which is most often a miss, then costs one search per large pack however many turns
+the store holds. After `_MERGE_AFTER` lookups, or on the first operation that
 needs every id (listing, deleting), all indexes are merged into one dict: tens of
 milliseconds for 80k objects (keys from one `struct.iter_unpack`, values from a `range`,
 locations in compact arrays).
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from objstore.ids import OID_SIZE
 
 _MERGE_AFTER = 2000  # lookups: ~12 µs each over 6 packs in place, vs ~40 ms to merge 80k
+_MERGE_AT_ONCE = 4096  # ids: an index this small costs less to merge than to search in place
 Location = tuple[int, int, int]  # slot, offset, length
 
 
@@ -77,10 +80,15 @@ class PackTable:
         return len(self.packs) - 1
 
     def add_index(self, name: str, oids: bytes, locations: array[int]) -> None:
-        """A published index (`oids` sorted), searched in place until the table merges."""
+        """A published index (`oids` sorted): a small one is merged at once, a large one is
+        searched in place until the table merges."""
         slot = self.new_slot(name)
         with self._merging:  # not into a list that a concurrent merge has already taken
-            self._sources.append(_Source(slot, oids, oids[::OID_SIZE], locations))
+            source = _Source(slot, oids, oids[::OID_SIZE], locations)
+            if len(oids) <= _MERGE_AT_ONCE * OID_SIZE:
+                self._merge_source(source)
+                return
+            self._sources.append(source)
         if self._lookups > _MERGE_AFTER:
             self.merge()
 
@@ -116,8 +124,11 @@ class PackTable:
         with self._merging:
             sources, self._sources = self._sources, []
             for source in sources:
-                keys = [k for (k,) in struct.iter_unpack("32s", source.oids)]
-                self._add_rows(source.slot, keys, source.locations[0::2], source.locations[1::2])
+                self._merge_source(source)
+
+    def _merge_source(self, source: _Source) -> None:
+        keys = [k for (k,) in struct.iter_unpack("32s", source.oids)]
+        self._add_rows(source.slot, keys, source.locations[0::2], source.locations[1::2])
 
     def _add_rows(self, slot: int, keys: list[bytes], offsets: Iterable[int],
                   lengths: Iterable[int]) -> None:

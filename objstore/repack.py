@@ -1,6 +1,8 @@
 """Rewriting packs: drop deleted records, fold loose objects and small packs into new packs.
 
-Used by `PackedBackend` (at `sync()` for deletions, at `compact()` for everything). The order
+Used by `PackedBackend`: at `sync()` for deletions and, once a store holds more than a few
+small packs (one per agent turn), to fold the smallest of them together (`packs_to_fold`, after
+git's geometric repack); at `compact()` for everything. The order
 of steps is the whole point: the new packs are written, made durable and indexed first; only
 then are the sources removed (each pack before its index, so a reader never loads an index
 whose pack is gone). A crash in between leaves duplicates, never a loss.
@@ -14,7 +16,7 @@ deletions in that pack are dropped and it is kept whole. Nothing here decides wh
 from __future__ import annotations
 
 import os
-from collections.abc import Container, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from objstore.backend import FsyncPolicy
@@ -105,6 +107,40 @@ def compact_packs(
                     os.close(source.fd)
                 del sources[rewritten:]
         return _rewrite(directory, loose, sources, loose_ids, fsync, pack_size, packed)
+    finally:
+        for source in sources:
+            os.close(source.fd)
+
+
+def packs_to_fold(sizes: Mapping[str, int], *, keep_at_most: int, factor: int = 2) -> list[str]:
+    """Which of these packs (name -> bytes) to fold into one; none while there are no more
+    than `keep_at_most`. The packs kept each outweigh `factor` times all smaller packs together,
+    so at most ~log(total / smallest) of them remain, and a folded pack is at least 1.5 times
+    the largest it absorbed: a byte is rewritten O(log n) times over a session, not per turn."""
+    if len(sizes) <= keep_at_most:
+        return []
+    ordered = sorted(sizes, key=lambda name: (sizes[name], name))
+    split = smaller = 0
+    for position, name in enumerate(ordered):
+        if sizes[name] < factor * smaller:
+            split = position + 1  # too light to stand alone: it and everything below fold
+        smaller += sizes[name]
+    return ordered[:split] if split >= 2 else []
+
+
+def fold_packs(directory: str, names: Iterable[str], *, fsync: FsyncPolicy, pack_size: int,
+               loose: LocalBackend) -> int:
+    """Rewrite these published packs into new ones (a pack another compactor holds is left
+    alone); returns the apparent bytes reclaimed, as `compact_packs` does."""
+    sources: list[_Source] = []
+    try:
+        for name in sorted(names):
+            taken = _take(directory, name, None)
+            if taken is not None:
+                sources.append(_Source(name, taken[0], taken[1], os.fstat(taken[0]).st_size))
+        if len(sources) < 2:
+            return 0
+        return _rewrite(directory, loose, sources, [], fsync, pack_size, frozenset())
     finally:
         for source in sources:
             os.close(source.fd)

@@ -12,6 +12,9 @@ from typing import Any
 
 import pytest
 
+from objstore import ObjectStore
+from objstore.ids import parse_oid
+
 CkptIn = Callable[..., Any]
 
 ID = r"ckpt-\d{13}-[0-9a-z]{8}"
@@ -546,7 +549,9 @@ def test_missing_object_exits_5_for_restore_and_fsck(initialized: Path, ckpt_in:
     a = create(ckpt_in)
     oid = next(f["oid"] for f in json.loads(ckpt_in("show", a, "--json").stdout)["files"]
                if f["path"] == "sub/b.txt")
-    (initialized / ".ckpt" / "objects" / oid[:2] / oid[2:]).unlink()
+    store = ObjectStore.open(str(initialized / ".ckpt"))
+    assert store.backend.delete(parse_oid(oid)) > 0  # from its pack, or its loose file
+    store.close()
     (initialized / "sub" / "b.txt").write_text("edited\n")
     run = ckpt_in("restore", a, "--no-save")
     assert (run.code, run.stdout) == (5, "")

@@ -15,6 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import fault_helpers  # tests/ dirs are on pytest's `pythonpath`
+from objstore.ids import parse_oid
+
 CkptProc = Callable[..., Any]
 CkptIn = Callable[..., Any]
 ID = r"ckpt-\d{13}-[0-9a-z]{8}"
@@ -123,12 +126,8 @@ def test_corrupt_object_during_restore_exits_5_and_leaves_the_workspace_alone(
     first = ckpt_in("create").stdout.strip()
     files = ok_json(ckpt_in("show", first, "--json"))["files"]
     oid = next(f["oid"] for f in files if f["path"] == "a.txt")
-    obj = ws / ".ckpt" / "objects" / oid[:2] / oid[2:]
-    obj.chmod(0o644)
-    data = bytearray(obj.read_bytes())
-    data[-1] ^= 0xFF
-    obj.write_bytes(bytes(data))
-    obj.chmod(0o444)
+    where, offset, length = fault_helpers.object_file(str(ws / ".ckpt"), parse_oid(oid))
+    fault_helpers.flip_byte(where, offset + length - 1)  # in its pack, or its loose file
 
     (ws / "a.txt").write_text("the agent's edit\n")
     (ws / "new.txt").write_text("new\n")

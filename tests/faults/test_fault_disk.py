@@ -331,13 +331,15 @@ def test_eio_at_random_moments_of_restore(base: str, fs: str = "ext4") -> None:
 
 
 def writing(store: str, command: str) -> Callable[[], bool]:
-    """True once the command is writing file contents: new loose objects (create), a staging
-    directory being filled (restore) — the store layout of ARCHITECTURE.md."""
+    """True once the command is writing file contents: a new pack or new loose objects
+    (create), a staging directory being filled (restore) — the store layout of
+    ARCHITECTURE.md."""
     if command == "restore":
         return lambda: bool(glob.glob(os.path.join(store, "roots", "*", "staging-*", "*")))
     loose = os.path.join(store, "objects", "??", "*")
-    baseline = len(glob.glob(loose))
-    return lambda: len(glob.glob(loose)) > baseline + 8
+    packs = os.path.join(store, "objects", "packs", "pack-*.pack")
+    baseline, known = len(glob.glob(loose)), set(glob.glob(packs))
+    return lambda: len(glob.glob(loose)) > baseline + 8 or not set(glob.glob(packs)) <= known
 
 
 def fail_when(disk: h.SealableDisk, root: str, args: list[str], store: str | None,

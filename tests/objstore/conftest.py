@@ -85,7 +85,8 @@ def content() -> Callable[[str, int, int], bytes]:
 
 @pytest.fixture
 def local_store(tmp_path: os.PathLike[str]) -> Iterator[ObjectStore]:
-    store = ObjectStore.init(os.path.join(tmp_path, "store"))
+    """A loose-layout store: one file per object, for tests that reach for object files."""
+    store = ObjectStore.init(os.path.join(tmp_path, "store"), StoreOptions(layout="loose"))
     yield store
     store.close()
 

@@ -6,6 +6,7 @@ with bounded memory, and the store's layout switch."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import signal
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from objstore import (
     EntryKind,
@@ -31,6 +34,7 @@ from objstore import (
 from objstore.gc import collect_garbage
 from objstore.local import LocalBackend
 from objstore.pack import PackedBackend
+from objstore.repack import packs_to_fold
 
 # -- helpers ----------------------------------------------------------------------------------
 
@@ -489,7 +493,8 @@ def test_a_new_store_is_packed_and_a_loose_store_stays_loose(tmp_path: Path) -> 
     assert (tmp_path / "packed" / "objects" / "packs").is_dir()
     oids = [packed.put_bytes(b"object %d" % n) for n in range(300)]
     packed.close()
-    assert len(list((tmp_path / "packed" / "objects").glob("??/*"))) == 128  # the first ones
+    assert not list((tmp_path / "packed" / "objects").glob("??/*"))  # one pack, no loose file
+    assert len(list((tmp_path / "packed" / "objects" / "packs").glob("*.idx"))) == 1
     reopened = ObjectStore.open(str(tmp_path / "packed"))
     assert [reopened.get_bytes(oid) for oid in oids] == [b"object %d" % n for n in range(300)]
     reopened.close()
@@ -555,3 +560,85 @@ def test_a_long_lived_reader_follows_publishing_and_compaction_by_another_proces
     assert [reader.get(oid) for oid in oids[100:]] == items[100:]
     writer.close()
     reader.close()
+
+
+# -- folding the small packs of a long session -------------------------------------------------
+
+
+def test_a_long_session_folds_its_per_checkpoint_packs_and_loses_nothing(tmp_path: Path) -> None:
+    """One pack per sync (an agent turn), folded once there are more than `fold_after`: the
+    pack count stays small, every object stays readable, also to a reader opened before the
+    folds, and the writer's descriptors of folded packs are closed, not kept."""
+    objects = tmp_path / "objects"
+    writer = PackedBackend(str(objects), fold_after=4)
+    reader = PackedBackend(str(objects))
+    rng = random.Random(7)
+    stored: dict[ObjectId, bytes] = {}
+    counts = []
+    fds_before = len(os.listdir("/proc/self/fd"))
+    for turn in range(60):
+        items = blobs(1000 + turn, rng.randrange(1, 40), low=64, high=4 * KIB)
+        stored.update(zip(put_all(writer, items), items))
+        writer.sync()
+        counts.append(len(pack_files(objects)))
+        sample = rng.sample(sorted(stored), 5)
+        assert [writer.get(oid) for oid in sample] == [stored[oid] for oid in sample]
+        assert [reader.get(oid) for oid in sample] == [stored[oid] for oid in sample]
+    assert not list(objects.glob("??/*"))  # nothing loose
+    assert max(counts) <= 4 + 1 and min(counts[8:]) < 4  # folded, more than once
+    assert len(os.listdir("/proc/self/fd")) <= fds_before + 4 + 2
+    for backend in (writer, reader, PackedBackend(str(objects))):
+        assert sorted(backend.iter_ids()) == sorted(stored)
+        assert all(backend.get(oid) == data for oid, data in stored.items())
+        backend.close()
+
+
+def test_packs_a_writer_holds_are_not_folded_by_another(tmp_path: Path) -> None:
+    """A pack still being written (its flock held) is never a fold source: only published
+    packs are listed, and `_take` skips a locked one."""
+    objects = tmp_path / "objects"
+    slow = PackedBackend(str(objects))
+    held = put_all(slow, slow_items := blobs(30, 10))  # open, unpublished pack
+    busy = PackedBackend(str(objects), fold_after=2)
+    for turn in range(8):
+        put_all(busy, blobs(40 + turn, 5))
+        busy.sync()
+    slow.sync()
+    assert [slow.get(oid) for oid in held] == slow_items
+    fresh = PackedBackend(str(objects))
+    assert [fresh.get(oid) for oid in held] == slow_items
+    for backend in (slow, busy, fresh):
+        backend.close()
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(turns=st.lists(st.integers(1, 5000), min_size=1, max_size=300),
+       keep_at_most=st.integers(2, 12))
+def test_folding_keeps_a_progression_and_rewrites_each_byte_a_logarithmic_number_of_times(
+    turns: list[int], keep_at_most: int,
+) -> None:
+    """A session of syncs, each adding one pack of the given size and folding what
+    `packs_to_fold` names: the lightest packs, never fewer than two; what stays each
+    outweighs twice everything lighter; bytes are conserved; and no byte is rewritten more
+    than log1.5 of the session's size times."""
+    packs: dict[str, int] = {}
+    rewritten = 0
+    for number, size in enumerate(turns):
+        packs[f"p{number}"] = size
+        doomed = packs_to_fold(packs, keep_at_most=keep_at_most)
+        if len(packs) <= keep_at_most:
+            assert doomed == []
+        if not doomed:
+            continue
+        assert len(doomed) >= 2 and len(set(doomed)) == len(doomed)
+        kept = sorted(size for name, size in packs.items() if name not in doomed)
+        assert max(packs[name] for name in doomed) <= min(kept, default=float("inf"))
+        folded = sum(packs.pop(name) for name in doomed)
+        rewritten += folded
+        packs[f"fold{number}"] = folded
+        lighter = folded
+        for size in kept:
+            assert size >= 2 * lighter
+            lighter += size
+    assert sum(packs.values()) == sum(turns)
+    assert rewritten <= sum(turns) * (math.log(sum(turns), 1.5) + 1)
