@@ -111,6 +111,8 @@ class _Builder:
         old_entries = {e.name: e for e in self.load(old).entries} if old is not None else {}
         new_entries = {e.name: e for e in self.load(new).entries} if new is not None else {}
         names = old_entries.keys() | new_entries.keys() if mode == "full" else new_entries.keys()
+        if mode == "full" and old_entries and new_entries and self.only is None and not self.keep:
+            names = names - self._count_identical(old_entries, new_entries, prefix)
         for name in sorted(names):
             path = join_rel(prefix, name)
             if name in new_entries and (path in self.reserved or name == _GIT):
@@ -121,6 +123,28 @@ class _Builder:
             if child_mode is None:
                 continue
             self.compare(old_entries.get(name), new_entries.get(name), path, child_mode)
+
+    def _count_identical(self, old_entries: dict[bytes, TreeEntry],
+                         new_entries: dict[bytes, TreeEntry], prefix: RelPath | None) -> set[bytes]:
+        """The names whose entry is the same on both sides, counted as `compare` would count
+        them, without a path or a call each: a restore in a large tree compares big
+        directories (~18k entries on the Linux source) of which only a few entries differ.
+        (Only in full mode without `only` or `keep` paths, where no entry has a rule.)"""
+        same = {name for name, entry in new_entries.items() if old_entries.get(name) == entry}
+        same.discard(_GIT)  # left to `compare_dirs`, which refuses it
+        for reserved in self.reserved:
+            parent, _, name = reserved.rpartition(b"/")
+            if (parent or None) == prefix:
+                same.discard(name)
+        for name in same:
+            entry = new_entries[name]
+            if entry.kind is EntryKind.TREE:
+                assert entry.oid is not None
+                known = self.count_leaves(entry.oid)
+                self.unchanged += _count_leaves(self.load, entry.oid) if known is None else known
+            elif entry.kind is not EntryKind.TOMBSTONE:
+                self.unchanged += 1
+        return same
 
     def compare(self, old: TreeEntry | None, new: TreeEntry | None, path: RelPath, mode: str) -> None:
         if path in self.keep:

@@ -16,7 +16,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -121,6 +121,9 @@ class Checkpoints:
         self._root_dir = os.path.join(store_dir, "roots", key)
         os.makedirs(self._root_dir, exist_ok=True)
         self._scanned_cache: StatCache | None = None  # set by a scan, for the rest of its lock
+        # A restore writes the stat cache once, after applying, rather than after its pre-restore
+        # scan and again after applying: this says the scan's cache still waits to be saved.
+        self._cache_unsaved = False
 
     # -- opening -------------------------------------------------------------------------
 
@@ -190,8 +193,17 @@ class Checkpoints:
                     self._complete_interrupted_restore()
                     try:
                         yield
+                    except BaseException:
+                        if self._cache_unsaved:  # what the scan learnt stays valid: keep it
+                            with suppress(OSError, CheckpointError):
+                                self._save_cache(self._current_cache())
+                        raise
+                    else:
+                        if self._cache_unsaved:
+                            self._save_cache(self._current_cache())
                     finally:
                         self._scanned_cache = None
+                        self._cache_unsaved = False
 
     def _store_rel(self) -> list[RelPath]:
         rel = os.path.relpath(self.store_dir, self.root)
@@ -253,7 +265,8 @@ class Checkpoints:
 
     # -- snapshots -----------------------------------------------------------------------
 
-    def _scan(self, covered: Sequence[RelPath] | None, progress: ProgressFn | None) -> ScanResult:
+    def _scan(self, covered: Sequence[RelPath] | None, progress: ProgressFn | None, *,
+              defer_cache_write: bool = False) -> ScanResult:
         cache = read_stat_cache(self._cache_path, gc_generation=self._gc_generation())
         options = ScanOptions(max_file_size=self.config.max_file_size,
                               threads=self.config.effective_threads(),
@@ -282,12 +295,19 @@ class Checkpoints:
             new_cache.ignore_translations = known_translations()
             if new_cache.ignore_translations != cache.ignore_translations:
                 new_cache.dirty = True
-        if new_cache.dirty:
-            with _naming(self._cache_path):
-                write_stat_cache(self._cache_path, new_cache)
         # What the restore that may follow under the same lock plans and updates from.
         self._scanned_cache = new_cache
+        if new_cache.dirty:
+            if defer_cache_write:
+                self._cache_unsaved = True
+            else:
+                self._save_cache(new_cache)
         return result
+
+    def _save_cache(self, cache: StatCache) -> None:
+        with _naming(self._cache_path):
+            write_stat_cache(self._cache_path, cache)
+        self._cache_unsaved = False
 
     def create(self, *, label: str | None = None, reason: str | None = None,
                turn_id: str | None = None, message_id: str | None = None,
@@ -302,11 +322,11 @@ class Checkpoints:
                                   message_id=message_id, tool_call_id=tool_call_id,
                                   summary=summary, metadata=dict(metadata or {}))
 
-    def _snapshot(self, covered: Sequence[RelPath] | None, progress: ProgressFn | None,
-                  **fields: Any) -> CheckpointRecord:
+    def _snapshot(self, covered: Sequence[RelPath] | None, progress: ProgressFn | None, *,
+                  defer_cache_write: bool = False, **fields: Any) -> CheckpointRecord:
         started = time.monotonic()
         created_at = self._clock()
-        result = self._scan(covered, progress)
+        result = self._scan(covered, progress, defer_cache_write=defer_cache_write)
         parent = self.catalog.latest(session=self.session, root=self.root)
         duration = _ms(time.monotonic() - started)
         record = CheckpointRecord(
@@ -429,12 +449,13 @@ class Checkpoints:
             covered = target.paths if target.scope == "paths" else None
             pre = None
             if save and not dry_run:
-                pre = self._snapshot(covered, progress, label=f"before restore to {target.id}",
+                pre = self._snapshot(covered, progress, defer_cache_write=True,
+                                     label=f"before restore to {target.id}",
                                      reason="pre-restore", turn_id=None, message_id=None,
                                      tool_call_id=None, summary=None, metadata={})
                 current = pre.tree
             else:
-                current = self._scan(covered, progress).tree
+                current = self._scan(covered, progress, defer_cache_write=True).tree
             intent = RestoreIntent(
                 checkpoint=target.id, tree=target.tree, scope=target.scope,
                 covered=target.paths, absent_parents=target.absent_parents,
@@ -551,7 +572,7 @@ class Checkpoints:
         cache = self._current_cache()
         record_restored(cache, ((w.path, int(w.kind), w.stat, w.ref) for w in applied.written_files),
                         applied.removed_paths, time.time_ns())
-        write_stat_cache(self._cache_path, cache)
+        self._save_cache(cache)
 
     def _pending_intent(self) -> RestoreIntent | None:
         """The journal of a killed restore of this root, its staging path checked: completing
