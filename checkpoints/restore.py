@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat as statmod
 import time
 from collections.abc import Callable
@@ -140,6 +139,8 @@ def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[R
                 os.utime(fd, ns=(stamp, stamp))
             staged[write.path] = temp
     except BaseException:
+        import shutil  # noqa: PLC0415  (lazy: ~3 ms, and only a failed staging needs it)
+
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return staged
