@@ -1,10 +1,12 @@
 """PackedBackend beyond the shared contract (which it passes in test_backend_contract.py):
-crash safety (unindexed packs, torn tails, a writer killed mid-batch, a compaction cut short),
-compaction after delete, concurrent writers and threads, a 200 MiB object streamed from a pack
-with bounded memory, and the store's layout switch."""
+crash safety (unindexed packs, torn tails, a writer killed mid-batch, a compaction cut short,
+a truncated pack), compaction after delete, concurrent writers and threads, a 200 MiB object
+streamed from a pack with bounded memory, the store's layout switch, and the folding of a long
+session's per-checkpoint packs."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -22,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from objstore import (
+    CorruptObject,
     EntryKind,
     ObjectId,
     ObjectNotFound,
@@ -642,3 +645,32 @@ def test_folding_keeps_a_progression_and_rewrites_each_byte_a_logarithmic_number
             lighter += size
     assert sum(packs.values()) == sum(turns)
     assert rewritten <= sum(turns) * (math.log(sum(turns), 1.5) + 1)
+
+
+def test_a_record_cut_off_by_a_truncated_pack_reads_as_corrupt_naming_the_object(
+    tmp_path: Path,
+) -> None:
+    """The index still promises the record; the pack no longer holds it (truncated by a bad
+    copy or a full disk): every read names the object as corrupt, never a bare EOFError."""
+    store = ObjectStore.init(str(tmp_path / "store"))
+    items = [os.urandom(5000 + n) for n in range(5)]
+    oids = [store.put_bytes(data) for data in items]
+    store.close()
+    (pack,) = pack_files(tmp_path / "store" / "objects")
+    os.truncate(pack, pack.stat().st_size - 100)  # into the last record written
+    reopened = ObjectStore.open(str(tmp_path / "store"))
+    cut = [oid for oid, data in zip(oids, items) if not _reads_back(reopened, oid, data)]
+    assert len(cut) == 1
+    for read in (reopened.get_bytes, lambda o: reopened.copy_to(o, io.BytesIO()),
+                 reopened.verify):
+        with pytest.raises(CorruptObject) as caught:
+            read(cut[0])
+        assert caught.value.oid == cut[0]
+    reopened.close()
+
+
+def _reads_back(store: ObjectStore, oid: ObjectId, data: bytes) -> bool:
+    try:
+        return store.get_bytes(oid) == data
+    except CorruptObject:
+        return False
