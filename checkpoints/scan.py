@@ -439,11 +439,13 @@ class _Scanner:
                     # (the root's changes whenever the store inside it does), but one that has
                     # just settled (after a restore) is: every later scan gets the shortcut.
                     self.settled_listings += bool(listing and not cached.listing)
-                    cached = DirRecord(cached.tree, cached.size, cached.files, cached.rows,
-                                       listing=listing, ignores=node.ignores,
-                                       subdirs=cached.subdirs, ignored=node.ignored,
-                                       leaves=cached.leaves)
-            self.new_cache.dirs[node.key] = cached
+                    self.new_cache.dirs[node.key] = DirRecord(
+                        cached.tree, cached.size, cached.files, cached.rows, listing=listing,
+                        ignores=node.ignores, subdirs=cached.subdirs, ignored=node.ignored,
+                        leaves=cached.leaves)
+                    return
+            # As read, so it is saved as read: no re-encoding (~0.1 ms per directory).
+            self.new_cache.dirs.carry(self.cache.dirs, node.key)
             return
         if node.fast:
             assert cached is not None  # a subdirectory changed: rebuild from the cached rows

@@ -172,6 +172,17 @@ class DirTable:
             else:
                 self._wire[key] = wires[key]
 
+    def carry(self, other: DirTable, key: bytes) -> None:
+        """Copy `key`'s record from `other` in its stored form when it has one: for a record
+        the caller has read but not changed (records are never changed in place by a scan),
+        so that saving this table does not encode it again."""
+        wire = other._wire.get(key)
+        if wire is not None:
+            self._wire[key] = wire
+            self._records.pop(key, None)
+        else:
+            self._records[key] = other._records[key]
+
     def known(self) -> dict[bytes, Wire]:
         """Listing and subdirectory names per key, for `dirlisting.walk_dirs`."""
         if not self._records:
