@@ -445,7 +445,7 @@ class _Scanner:
                         leaves=cached.leaves)
                     return
             # As read, so it is saved as read: no re-encoding (~0.1 ms per directory).
-            self.new_cache.dirs.carry(self.cache.dirs, node.key)
+            self.new_cache.dirs.take(self.cache.dirs, (node.key,))
             return
         if node.fast:
             assert cached is not None  # a subdirectory changed: rebuild from the cached rows
@@ -686,5 +686,3 @@ def _is_real_dir(fs_path: bytes) -> bool:
 
 def _depth(node: _Dir) -> int:
     return node.key.count(b"/") + bool(node.key)
-
-

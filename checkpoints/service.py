@@ -120,10 +120,9 @@ class Checkpoints:
         key = hash_bytes(self._root_b).hex()[:16]
         self._root_dir = os.path.join(store_dir, "roots", key)
         os.makedirs(self._root_dir, exist_ok=True)
-        self._scanned_cache: StatCache | None = None  # set by a scan, for the rest of its lock
-        # A restore writes the stat cache once, after applying, rather than after its pre-restore
-        # scan and again after applying: this says the scan's cache still waits to be saved.
-        self._cache_unsaved = False
+        # Set by a scan, for the rest of its lock. Still `dirty` when its saving was deferred:
+        # a restore writes the stat cache once, after applying, not also after its scan.
+        self._scanned_cache: StatCache | None = None
 
     # -- opening -------------------------------------------------------------------------
 
@@ -194,16 +193,13 @@ class Checkpoints:
                     try:
                         yield
                     except BaseException:
-                        if self._cache_unsaved:  # what the scan learnt stays valid: keep it
-                            with suppress(OSError, CheckpointError):
-                                self._save_cache(self._current_cache())
+                        with suppress(OSError, CheckpointError):  # what the scan learnt holds
+                            self._save_deferred_cache()
                         raise
                     else:
-                        if self._cache_unsaved:
-                            self._save_cache(self._current_cache())
+                        self._save_deferred_cache()
                     finally:
                         self._scanned_cache = None
-                        self._cache_unsaved = False
 
     def _store_rel(self) -> list[RelPath]:
         rel = os.path.relpath(self.store_dir, self.root)
@@ -297,17 +293,18 @@ class Checkpoints:
                 new_cache.dirty = True
         # What the restore that may follow under the same lock plans and updates from.
         self._scanned_cache = new_cache
-        if new_cache.dirty:
-            if defer_cache_write:
-                self._cache_unsaved = True
-            else:
-                self._save_cache(new_cache)
+        if not defer_cache_write:
+            self._save_deferred_cache()
         return result
 
     def _save_cache(self, cache: StatCache) -> None:
         with _naming(self._cache_path):
             write_stat_cache(self._cache_path, cache)
-        self._cache_unsaved = False
+        cache.dirty = False  # saved: saving it again would change nothing
+
+    def _save_deferred_cache(self) -> None:
+        if self._scanned_cache is not None and self._scanned_cache.dirty:
+            self._save_cache(self._scanned_cache)
 
     def create(self, *, label: str | None = None, reason: str | None = None,
                turn_id: str | None = None, message_id: str | None = None,
@@ -532,7 +529,7 @@ class Checkpoints:
 
     def _apply_journaled(self, intent: RestoreIntent, plan: RestorePlan,
                          progress: ProgressFn | None, *, resuming: bool) -> ApplyReport:
-        from checkpoints.restore import apply_plan, stage_files  # noqa: PLC0415
+        from checkpoints.restore import apply_plan, remove_staging, stage_files  # noqa: PLC0415
 
         with _naming(self._journal_path):
             write_intent(self._journal_path, intent)
@@ -545,7 +542,7 @@ class Checkpoints:
         try:
             applied = apply_plan(self._root_b, plan, staged, progress=progress)
         finally:
-            _remove_tree(intent.staging)
+            remove_staging(intent.staging)
         self._update_cache(applied)
         return applied
 
@@ -594,7 +591,9 @@ class Checkpoints:
         intent = self._pending_intent()
         if intent is None:
             return None
-        _remove_tree(intent.staging)
+        from checkpoints.restore import remove_staging  # noqa: PLC0415 (see the imports)
+
+        remove_staging(intent.staging)
         try:
             target = self.get(intent.checkpoint)
         except UnknownCheckpoint:
@@ -738,23 +737,3 @@ class Checkpoints:
         return StoreStats(count, stored, sum(r.stats.bytes for r in records), len(records),
                           self.catalog.session_counts())
 
-
-def _remove_tree(path: str | bytes) -> None:
-    """Remove a staging directory, ignoring errors as `shutil.rmtree(ignore_errors=True)`
-    does. It is flat (files and symlinks named by index), so unlinking its entries is enough;
-    anything else falls back to `shutil.rmtree`, which costs ~3 ms to import."""
-    try:
-        for name in os.listdir(path):
-            os.unlink(os.path.join(path, name))
-        os.rmdir(path)
-    except FileNotFoundError:
-        if os.path.lexists(path):
-            _remove_tree_slowly(path)
-    except OSError:
-        _remove_tree_slowly(path)
-
-
-def _remove_tree_slowly(path: str | bytes) -> None:
-    import shutil  # noqa: PLC0415  (lazy, see _remove_tree)
-
-    shutil.rmtree(path, ignore_errors=True)

@@ -163,25 +163,17 @@ class DirTable:
         self._records.update(other._records)
 
     def take(self, other: DirTable, keys: Iterable[bytes]) -> None:
-        """Copy the records of `keys` from `other` as they are (decoded or not)."""
+        """Copy the records of `keys` from `other`, in their stored form when they have one,
+        so that saving this table does not encode them again: for records the caller has
+        not changed (a scan never changes a record in place), decoded or not."""
         records, wires = other._records, other._wire
         for key in keys:
-            record = records.get(key)
-            if record is not None:
-                self._records[key] = record
+            wire = wires.get(key)
+            if wire is not None:
+                self._wire[key] = wire
+                self._records.pop(key, None)
             else:
-                self._wire[key] = wires[key]
-
-    def carry(self, other: DirTable, key: bytes) -> None:
-        """Copy `key`'s record from `other` in its stored form when it has one: for a record
-        the caller has read but not changed (records are never changed in place by a scan),
-        so that saving this table does not encode it again."""
-        wire = other._wire.get(key)
-        if wire is not None:
-            self._wire[key] = wire
-            self._records.pop(key, None)
-        else:
-            self._records[key] = other._records[key]
+                self._records[key] = records[key]
 
     def known(self) -> dict[bytes, Wire]:
         """Listing and subdirectory names per key, for `dirlisting.walk_dirs`."""
