@@ -30,6 +30,9 @@ FORMAT_VERSION = 1
 FORMAT_FILE = "format"
 _FORMAT_TAG = "ckpt-objstore"
 _TREE_CACHE_SIZE = 8192
+# copy_to reads an object whole (not streamed) up to these sizes, stored and content.
+_WHOLE_READ = 256 << 10
+_WHOLE_READ_CONTENT = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +290,10 @@ class ObjectStore:
 
     def get_bytes(self, oid: ObjectId) -> bytes:
         """The verified content of `oid` (in memory: for trees and ordinary files)."""
-        data = codec.decode_object(self.backend.get(oid), oid)
+        return self._verified(oid, codec.decode_object(self.backend.get(oid), oid))
+
+    @staticmethod
+    def _verified(oid: ObjectId, data: bytes) -> bytes:
         if hash_bytes(data) != oid:
             raise CorruptObject(oid, "content does not match its id")
         return data
@@ -298,6 +304,14 @@ class ObjectStore:
         On `CorruptObject` part of the content may already be written, so `out` must be a
         temp file the caller discards.
         """
+        if self.backend.stat(oid).size <= _WHOLE_READ:
+            # Most files of a source tree: one read and one decompression into memory cost
+            # half of a stream's descriptor, reader and decompression context.
+            stored = self.backend.get(oid)
+            if codec.read_header(stored, oid)[1] <= _WHOLE_READ_CONTENT:
+                data = self._verified(oid, codec.decode_object(stored, oid))
+                out.write(data)
+                return len(data)
         hasher = StreamHasher()
         with self.backend.open(oid) as stream:
             for chunk in codec.iter_decode_object(stream, oid):
