@@ -23,7 +23,7 @@ import os
 import stat as statmod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from checkpoints.dirlisting import Known, MaybeNames, iter_listing, walk_dirs
 from checkpoints.model import SkippedPath
@@ -123,6 +123,9 @@ class _Dir:
     clean: bool = True  # nothing skipped or vanished here: its listing may be remembered
     ignores: list[object] = field(default_factory=list)  # listing entries of its ignore files
     ignored: list[bytes] = field(default_factory=list)  # names the rules left out ("/": dirs)
+    # Read through the cached record's recheck listing: (id the row had, row read again) of
+    # each racy file, which decides at build whether the cached tree id still holds.
+    recheck: list[tuple[bytes, Row]] | None = None
 
 
 @dataclass(slots=True)
@@ -205,7 +208,10 @@ class _Scanner:
                         raise OSError(outcome, os.strerror(outcome), os.fsdecode(node.fs_path))
                     continue
                 node.listing, node.newest = outcome
-                self._read_dir(node, self.cache.dirs.get(node.key), following)
+                cached = self.cache.dirs.get(node.key)
+                if cached is None or cached.recheck is None \
+                        or not self._recheck(node, cached, following):
+                    self._read_dir(node, cached, following)
             for child in following:
                 nodes[child.key] = child
             pending = following
@@ -253,6 +259,45 @@ class _Scanner:
                 rules = self._rules_of(node.parent).enter(name, listing=names)
             node.rules = rules
         return rules
+
+    def _recheck(self, node: _Dir, cached: DirRecord, following: list[_Dir]) -> bool:
+        """The directory's listing is the one the cache kept aside because some of its files
+        were racy: every other entry is as cached, so only those are read again (a turn's
+        edits, checkpointed at once, would otherwise cost the next scan a look at every entry
+        of every directory they touched). False, with nothing done, where this does not hold:
+        the rules here may have changed, or a racy file is gone or no longer a file."""
+        listing, names = cached.recheck or (b"", [])
+        if listing != node.listing or not (self.shortcuts and node.rules_clean) \
+                or NOT_SETTLED in cached.ignores:
+            return False
+        base = node.fs_path + b"/"
+        stats: dict[bytes, os.stat_result] = {}
+        for name in names:
+            try:
+                st = stats[name] = os.lstat(base + name)
+            except OSError:
+                return False
+            if not (statmod.S_ISREG(st.st_mode) or statmod.S_ISLNK(st.st_mode)):
+                return False
+        prefix = node.key + b"/" if node.key else b""
+        rows, recheck = node.rows, []
+        for row in cached.rows:
+            name = row[NAME]
+            st = stats.get(name)
+            if st is not None:
+                added = len(rows)
+                self._add_leaf(node, name, prefix + name, base + name, st)
+                if len(rows) > added:
+                    recheck.append((row[REF], rows[-1]))
+                continue
+            if row[KIND] == _TREE:
+                child = _Dir(prefix + name, base + name, parent=node, rules_clean=True)
+                node.children[name] = child
+                following.append(child)
+            rows.append(row)
+        node.recheck = recheck
+        node.ignores, node.ignored = cached.ignores, cached.ignored
+        return True
 
     def _read_dir(self, node: _Dir, cached: DirRecord | None, following: list[_Dir]) -> None:
         # The hot loop of a snapshot of changed directories: for an unchanged file nothing but
@@ -426,23 +471,29 @@ class _Scanner:
 
     def _build_dir(self, node: _Dir) -> None:
         cached = None if node.virtual else self.cache.dirs.get(node.key)
+        if node.recheck is not None:  # unchanged if every racy file read again as before
+            node.all_hits = node.clean and all(row[REF] == ref for ref, row in node.recheck)
         if (node.fast or node.all_hits) and cached is not None and cached.tree \
                 and self._unchanged(node, cached):
             # The common case of a no-change snapshot: no entry objects, no encoding.
             node.tree, node.size, node.files = ObjectId(cached.tree), cached.size, cached.files
             node.leaves = cached.leaves
             if not node.fast:
-                listing = self._listing_to_keep(node)
-                if listing != cached.listing or node.ignored != cached.ignored \
-                        or node.ignores != cached.ignores:
+                # Read again, the racy rows carry their new stat (and maybe settled by now).
+                rows = cached.rows if node.recheck is None else node.rows
+                listing, recheck = self._listing_state(node, rows)
+                if listing != cached.listing or recheck != cached.recheck \
+                        or node.ignored != cached.ignored or node.ignores != cached.ignores \
+                        or node.recheck:
                     # Kept in memory; a changed listing is not worth a cache write of its own
                     # (the root's changes whenever the store inside it does), but one that has
-                    # just settled (after a restore) is: every later scan gets the shortcut.
+                    # just settled (after a restore or a turn) is: every later scan gets the
+                    # shortcut.
                     self.settled_listings += bool(listing and not cached.listing)
                     self.new_cache.dirs[node.key] = DirRecord(
-                        cached.tree, cached.size, cached.files, cached.rows, listing=listing,
+                        cached.tree, cached.size, cached.files, rows, listing=listing,
                         ignores=node.ignores, subdirs=cached.subdirs, ignored=node.ignored,
-                        leaves=cached.leaves)
+                        leaves=cached.leaves, recheck=recheck)
                     return
             # As read, so it is saved as read: no re-encoding (~0.1 ms per directory).
             self.new_cache.dirs.take(self.cache.dirs, (node.key,))
@@ -486,16 +537,22 @@ class _Scanner:
         node.tree, node.size, node.files, node.leaves = tree_id, size, files, leaves
         if not node.virtual:
             subdirs = [[row[NAME], row[REF]] for row in rows if row[KIND] == _TREE]
+            listing, recheck = self._listing_state(node, rows)
             self.new_cache.dirs[node.key] = DirRecord(
-                tree_id, size, files, rows, listing=self._listing_to_keep(node),
-                ignores=node.ignores, subdirs=subdirs, ignored=node.ignored, leaves=leaves)
+                tree_id, size, files, rows, listing=listing, ignores=node.ignores,
+                subdirs=subdirs, ignored=node.ignored, leaves=leaves, recheck=recheck)
 
-    def _listing_to_keep(self, node: _Dir) -> bytes:
-        """The listing the next scan may compare against: only one that fully describes this
-        directory's rows (nothing skipped, vanished or racy)."""
-        if node.listing is None or not node.clean or node.newest >= self._settled_before:
-            return b""
-        return node.listing
+    def _listing_state(self, node: _Dir, rows: list[Row]) -> tuple[bytes, list[Any] | None]:
+        """(listing, recheck) for the directory's new record. The listing the next walk may
+        compare against describes the rows fully: nothing skipped or vanished, nothing too new
+        to be trusted. Where only racy files (or a recent ctime) keep it from that, it is kept
+        aside with their names, so that the next scan reads them again and nothing else."""
+        if node.listing is None or not node.clean or NOT_SETTLED in node.ignores:
+            return b"", None
+        racy = [row[NAME] for row in rows if row[RACY]]
+        if not racy and node.newest < self._settled_before:
+            return node.listing, None
+        return b"", [node.listing, racy]
 
     def result(self, top: _Dir, hashed: int, absent_parents: tuple[RelPath, ...]) -> ScanResult:
         assert top.tree is not None

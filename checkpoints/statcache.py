@@ -7,7 +7,9 @@ unchanged directory is not even re-encoded; and the directory's whole listing as
 directory whose listing is unchanged is recognised by one comparison, its rows not even decoded
 (they stay packed until something asks for them). Racy rule (as git's): a row whose mtime is not
 safely older than the scan that hashed it is marked racy and re-hashed next time, so a
-same-size rewrite within one timestamp tick is still caught.
+same-size rewrite within one timestamp tick is still caught. A directory with racy files keeps
+its listing aside with their names (`recheck`): the next scan that finds that listing again
+re-reads those files only, not the directory, and keeps the tree id if they hash as before.
 
 The cache is only ever a performance aid: a missing, damaged or foreign cache loads as empty.
 It is one msgpack file, written atomically, ending in the BLAKE3 of what precedes it: a cache
@@ -32,7 +34,8 @@ from objstore.codec import pack_data, unpack_data
 from objstore.errors import CorruptObject
 from objstore.ids import OID_SIZE, hash_bytes
 
-CACHE_VERSION = 4  # 2: checksum trailer; 3: listings, packed rows, settings; 4: wire records
+CACHE_VERSION = 5  # 2: checksum trailer; 3: listings, packed rows, settings; 4: wire records;
+# 5: listings kept with their racy names
 # Timestamps come from a coarse kernel clock (a jiffy, up to 10 ms at HZ=100): a file whose
 # mtime is this close to the scan start could still change without its mtime moving.
 RACY_WINDOW_NS = 20_000_000
@@ -44,17 +47,20 @@ Row = list[Any]  # [name: bytes, kind: int, size, mtime_ns, ctime_ns, ino, mode,
 
 class DirRecord:
     """One directory as the last scan left it. `listing` is b"" unless it may be trusted for a
-    shortcut (nothing skipped, nothing racy); `ignores` the listing entries of its ignore files
-    (NOT_SETTLED when one was racy); `subdirs` [name, tree id] of the subdirectories captured;
-    `ignored` the names its rules left out (a "/" appended for directories)."""
+    shortcut (nothing skipped, nothing racy); `recheck` None, or [listing, names] when the
+    listing was clean but the files `names` were too new to be trusted (racy): a scan that
+    finds the same listing need only read those again; `ignores` the listing entries of its
+    ignore files (NOT_SETTLED when one was racy); `subdirs` [name, tree id] of the
+    subdirectories captured; `ignored` the names its rules left out (a "/" appended for
+    directories)."""
 
-    __slots__ = ("_packed", "_rows", "files", "ignored", "ignores", "leaves", "listing", "size",
-                 "subdirs", "tree")
+    __slots__ = ("_packed", "_rows", "files", "ignored", "ignores", "leaves", "listing",
+                 "recheck", "size", "subdirs", "tree")
 
     def __init__(self, tree: bytes, size: int, files: int, rows: list[Row] | None, *,
                  packed: bytes | None = None, listing: bytes = b"", ignores: list[Any] | None = None,
                  subdirs: list[list[bytes]] | None = None, ignored: list[bytes] | None = None,
-                 leaves: int = -1) -> None:
+                 leaves: int = -1, recheck: list[Any] | None = None) -> None:
         self.tree = tree  # the directory's tree oid; b"" once its rows no longer describe one
         self.size = size  # file bytes below it
         self.files = files  # files below it
@@ -62,6 +68,7 @@ class DirRecord:
         self._rows = rows  # sorted by name; None until `_packed` is decoded
         self._packed = packed
         self.listing = listing
+        self.recheck = recheck
         self.ignores = ignores if ignores is not None else NOT_SETTLED
         self.subdirs = subdirs if subdirs is not None else []
         self.ignored = ignored if ignored is not None else []
@@ -79,7 +86,7 @@ class DirRecord:
     def rows(self, rows: list[Row]) -> None:
         """New rows: the listing shortcut and the tree id no longer hold."""
         self._rows, self._packed = rows, None
-        self.tree, self.listing = b"", b""
+        self.tree, self.listing, self.recheck = b"", b"", None
 
     def packed_rows(self) -> bytes:
         if self._packed is None:
@@ -90,19 +97,23 @@ class DirRecord:
     def from_wire(cls, wire: Sequence[Any]) -> DirRecord:
         try:
             listing, _names, tree, leaves, rest = wire
-            size, files, packed, ignores, subdirs, ignored = unpack_data(rest, what="stat cache")
+            size, files, packed, ignores, subdirs, ignored, recheck = unpack_data(
+                rest, what="stat cache")
         except (TypeError, ValueError) as exc:  # checksummed: a writer's bug, not damage
             raise CorruptObject(None, f"stat cache: bad record ({exc})") from None
         if not (isinstance(tree, bytes) and isinstance(packed, bytes)
-                and isinstance(listing, bytes) and isinstance(subdirs, list)):
+                and isinstance(listing, bytes) and isinstance(subdirs, list)
+                and (recheck is None or (isinstance(recheck, list) and len(recheck) == 2
+                                         and isinstance(recheck[0], bytes)
+                                         and isinstance(recheck[1], list)))):
             raise CorruptObject(None, "stat cache: bad record")
         return cls(tree, size, files, None, packed=packed, listing=listing, ignores=ignores,
-                   subdirs=subdirs, ignored=ignored, leaves=leaves)
+                   subdirs=subdirs, ignored=ignored, leaves=leaves, recheck=recheck)
 
     def to_wire(self) -> list[Any]:
         names = b"\0".join(name for name, _tree in self.subdirs)
         rest = pack_data([self.size, self.files, self.packed_rows(), self.ignores, self.subdirs,
-                          self.ignored])
+                          self.ignored, self.recheck])
         return [self.listing, names, self.tree, self.leaves, rest]
 
 

@@ -17,9 +17,12 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from checkpoints.config import set_config_value
+from checkpoints.dirlisting import scan_dirs
 from checkpoints.ignore import IgnoreRules
-from checkpoints.scan import ScanOptions, scan_workspace
+from checkpoints.scan import ScanOptions, _Scanner, scan_workspace
 from checkpoints.service import Checkpoints
 from checkpoints.statcache import (
     CTIME,
@@ -183,6 +186,69 @@ def test_file_modified_just_before_a_scan_is_read_again_by_the_next(
         assert second.hashed == 1 and second.tree == first.tree  # only the racy one
         third, _ = _scan(root, store, cache, start + 2 * 10**9)
         assert third.hashed == 0
+
+
+def test_a_directory_kept_aside_for_its_racy_files_reads_only_those_again(
+        tmp_path: Path, worktree_at: Any, count_calls: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint right after an edit keeps the directory's listing aside with the racy
+    names; the next scan that finds the same listing reads those files and nothing else of the
+    directory, and keeps its tree id when they read as before."""
+    ws = tmp_path / "ws"
+    work = worktree_at(ws)
+    root = os.fsencode(ws)
+    for index in range(8):
+        work.write(f"old{index}.txt", b"old %d" % index, mtime_ns=PAST_NS)
+    work.write("fresh.txt", b"fresh", mtime_ns=PAST_NS + 10**9)
+    with closing(ObjectStore.init(str(tmp_path / "store"))) as store:
+        start = PAST_NS + 10**9 + 5_000_000  # 5 ms after fresh.txt's mtime
+        first, cache = _scan(root, store, StatCache(), start)
+        record = cache.dirs[b""]
+        assert record.listing == b"" and record.recheck is not None
+        assert record.recheck[1] == [b"fresh.txt"]
+
+        reads = count_calls(store, "put_file")
+        whole_reads: list[bytes] = []
+        read_dir = _Scanner._read_dir
+        monkeypatch.setattr(_Scanner, "_read_dir", lambda self, node, *rest: (
+            whole_reads.append(node.key), read_dir(self, node, *rest)))
+        second, cache = _scan(root, store, cache, start + 10**9)
+        assert reads.calls == [root + b"/fresh.txt"] and second.hashed == 1
+        assert whole_reads == []
+        assert second.tree == first.tree
+        record = cache.dirs[b""]
+        # Nothing racy is left. (The files' ctimes are real, so they lie after this injected
+        # clock, which keeps the listing aside, with no names, instead of trusting it whole.)
+        assert record.tree == first.tree
+        assert record.recheck == [scan_dirs([root])[0][0], []]
+
+        reads.reset()
+        third, _ = _scan(root, store, cache, start + 2 * 10**9)
+        assert (third.hashed, third.tree, reads.count, whole_reads) == (0, first.tree, 0, [])
+
+
+def test_a_same_tick_rewrite_under_a_listing_kept_aside_is_read(tmp_path: Path,
+                                                                worktree_at: Any) -> None:
+    """The case the names are kept for: the file changes within the timestamp tick of the scan
+    that listed it, so the listing (sizes, times, inodes) is the same and only reading the
+    file can tell."""
+    ws = tmp_path / "ws"
+    work = worktree_at(ws)
+    root = os.fsencode(ws)
+    work.write("other.txt", b"other", mtime_ns=PAST_NS - 10**9)
+    path = work.write("f.txt", b"AAAA", mtime_ns=PAST_NS)
+    with closing(ObjectStore.init(str(tmp_path / "store"))) as store:
+        first, cache = _scan(root, store, StatCache(), PAST_NS + 1_000_000)
+        assert cache.dirs[b""].recheck is not None
+        work.write("f.txt", b"BBBB", mtime_ns=PAST_NS)
+        _freeze_row_stat(cache, b"f.txt", path)
+        # As if the rewrite had happened inside the tick: the kept listing is today's.
+        cache.dirs[b""].recheck[0] = scan_dirs([root])[0][0]
+
+        second, cache = _scan(root, store, cache, PAST_NS + 10 * 10**9)
+        assert second.hashed == 1 and second.tree != first.tree
+        assert _content(store, second.tree, b"f.txt") == b"BBBB"
+        assert _content(store, second.tree, b"other.txt") == b"other"
+        assert cache.dirs[b""].tree == second.tree
 
 
 def test_ids_remembered_by_the_cache_are_rechecked_after_gc(cp: Checkpoints, work: Any) -> None:
