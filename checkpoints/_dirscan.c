@@ -12,6 +12,9 @@
  * subtrees by itself, on all threads at once (no barrier per level), and hands back only the
  * directories whose listing differs or is not known. Those are the ones that need Python.
  *
+ * `listing_changes` compares two listings of one directory: the entries that differ are the
+ * only ones a scan must look at when it knows what the old listing stood for.
+ *
  * The format and its pure-Python twins live in checkpoints/dirlisting.py, which is the only
  * caller; this file knows nothing of ignore rules or trees: a "known" entry is two byte
  * strings, compared and split, never interpreted.
@@ -573,6 +576,95 @@ done:
     return result;
 }
 
+/* ---- listing_changes ------------------------------------------------------------------ */
+
+typedef struct {
+    const char *name;
+    size_t len;
+    const char *header;
+} Cursor;
+
+/* The entry at `*offset` of `listing`; 0 at the end, -1 if the listing is malformed. */
+static int next_entry(const char *listing, size_t size, size_t *offset, Cursor *out) {
+    if (*offset == size) return 0;
+    if (size - *offset < HEADER) return -1;
+    const unsigned char *h = (const unsigned char *)listing + *offset;
+    size_t len = (size_t)h[0] | ((size_t)h[1] << 8);
+    if (size - *offset - HEADER < len) return -1;
+    out->header = listing + *offset;
+    out->name = out->header + HEADER;
+    out->len = len;
+    *offset += HEADER + len;
+    return 1;
+}
+
+static uint64_t get_le(const char *in, int bytes) {
+    uint64_t value = 0;
+    for (int i = bytes - 1; i >= 0; i--) value = (value << 8) | (unsigned char)in[i];
+    return value;
+}
+
+static PyObject *entry_tuple(const Cursor *c) {
+    return Py_BuildValue("(y#kKLLK)", c->name, (Py_ssize_t)c->len,
+                         (unsigned long)get_le(c->header + 2, 4),
+                         (unsigned long long)get_le(c->header + 6, 8),
+                         (long long)(int64_t)get_le(c->header + 14, 8),
+                         (long long)(int64_t)get_le(c->header + 22, 8),
+                         (unsigned long long)get_le(c->header + 30, 8));
+}
+
+static int append_new(PyObject *list, PyObject *item) {
+    if (!item) return -1;
+    int failed = PyList_Append(list, item);
+    Py_DECREF(item);
+    return failed;
+}
+
+static PyObject *listing_changes(PyObject *self, PyObject *args) {
+    const char *old, *new;
+    Py_ssize_t old_size, new_size;
+    if (!PyArg_ParseTuple(args, "y#y#", &old, &old_size, &new, &new_size)) return NULL;
+    PyObject *changed = PyList_New(0), *gone = PyList_New(0);
+    if (!changed || !gone) goto fail;
+    size_t at_old = 0, at_new = 0;
+    Cursor a = {0}, b = {0};
+    int has_a = next_entry(old, (size_t)old_size, &at_old, &a);
+    int has_b = next_entry(new, (size_t)new_size, &at_new, &b);
+    while (has_a || has_b) {
+        if (has_a < 0 || has_b < 0) {
+            PyErr_SetString(PyExc_ValueError, "malformed listing");
+            goto fail;
+        }
+        int order;
+        if (has_a <= 0) {
+            order = 1;
+        } else if (has_b <= 0) {
+            order = -1;
+        } else {
+            size_t n = a.len < b.len ? a.len : b.len;
+            order = memcmp(a.name, b.name, n);
+            if (!order) order = (a.len > b.len) - (a.len < b.len);
+        }
+        if (order < 0) { /* only in the old listing */
+            if (append_new(gone, PyBytes_FromStringAndSize(a.name, (Py_ssize_t)a.len))) goto fail;
+            has_a = next_entry(old, (size_t)old_size, &at_old, &a);
+        } else if (order > 0) { /* only in the new one */
+            if (append_new(changed, entry_tuple(&b))) goto fail;
+            has_b = next_entry(new, (size_t)new_size, &at_new, &b);
+        } else {
+            if (memcmp(a.header, b.header, HEADER) != 0 && append_new(changed, entry_tuple(&b)))
+                goto fail;
+            has_a = next_entry(old, (size_t)old_size, &at_old, &a);
+            has_b = next_entry(new, (size_t)new_size, &at_new, &b);
+        }
+    }
+    return Py_BuildValue("(NN)", changed, gone);
+fail:
+    Py_XDECREF(changed);
+    Py_XDECREF(gone);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"scan_dirs", scan_dirs, METH_VARARGS,
      "scan_dirs(paths: list[bytes], threads: int) -> list[tuple[bytes, int] | int]\n"
@@ -584,6 +676,12 @@ static PyMethodDef methods[] = {
      "shortcut is true) is unchanged: its key is listed and the subdirectories named in\n"
      "known[key][1] (NUL-separated) are walked the same way. Every other directory is\n"
      "reported as (key, (listing, newest) or errno) and not descended into."},
+    {"listing_changes", listing_changes, METH_VARARGS,
+     "listing_changes(old: bytes, new: bytes)\n"
+     "    -> tuple[list[tuple[bytes, int, int, int, int, int]], list[bytes]]\n"
+     "The entries of `new` that are not in `old` byte for byte, as (name, mode, size,\n"
+     "mtime_ns, ctime_ns, inode), and the names of `old` that `new` lacks; in name order.\n"
+     "ValueError if either listing is malformed."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -13,9 +13,13 @@ directory whose listing equals the one `known` holds for it is unchanged, and th
 listing or errno), plus the keys of the unchanged ones. A no-change snapshot of a large tree is
 then one call, all of it off the GIL.
 
-The native `_dirscan` extension does both with the GIL released and several threads; when it
-is not built (no compiler at install time) the pure-Python twin here produces the same bytes,
-only slower. Both: directories opened with O_NOFOLLOW, entries stat'ed without following
+`listing_changes(old, new)` compares two listings of one directory: the entries of `new` not
+in `old` byte for byte, and the names `new` lacks, so a scan that knows what `old` stood for
+looks at those entries only.
+
+The native `_dirscan` extension does all three, the first two with the GIL released and several
+threads; when it is not built (no compiler at install time) the pure-Python twins here produce
+the same results, only slower. Both: directories opened with O_NOFOLLOW, entries stat'ed without following
 symlinks; an entry that vanishes before its lstat is left out; an entry whose lstat fails
 otherwise is kept with mode 0 and the errno as its size.
 
@@ -35,11 +39,12 @@ ScanOutcome = tuple[bytes, int] | int
 
 try:
     from checkpoints._dirscan import (  # type: ignore[import-not-found]
+        listing_changes as _native_listing_changes,
         scan_dirs as _native_scan_dirs,
         walk_dirs as _native_walk_dirs,
     )
 except ImportError:  # pragma: no cover - depends on the install
-    _native_scan_dirs = _native_walk_dirs = None
+    _native_scan_dirs = _native_walk_dirs = _native_listing_changes = None
 
 NATIVE = _native_scan_dirs is not None
 _OPEN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -164,6 +169,41 @@ def iter_listing(listing: bytes) -> Iterator[ListedEntry]:
         start = offset + HEADER_SIZE
         offset = start + length
         yield ListedEntry(listing[start:offset], mode, size, mtime, ctime, ino)
+
+
+EntryFields = tuple[bytes, int, int, int, int, int]  # a ListedEntry's fields, in its order
+
+
+def listing_changes(old: bytes, new: bytes) -> tuple[list[EntryFields], list[bytes]]:
+    """(entries of `new` that `old` lacks or holds otherwise, names of `old` that `new` lacks),
+    both in name order; ValueError if a listing is malformed."""
+    if _native_listing_changes is not None:
+        return _native_listing_changes(old, new)  # type: ignore[no-any-return]
+    return listing_changes_python(old, new)
+
+
+def listing_changes_python(old: bytes, new: bytes) -> tuple[list[EntryFields], list[bytes]]:
+    before = {entry[0]: entry for entry in _checked_entries(old)}
+    changed: list[EntryFields] = []
+    for entry in _checked_entries(new):
+        if before.pop(entry[0], None) != entry:
+            changed.append(entry)
+    return changed, sorted(before)
+
+
+def _checked_entries(listing: bytes) -> list[EntryFields]:
+    entries: list[EntryFields] = []
+    offset, end = 0, len(listing)
+    while offset < end:
+        if end - offset < HEADER_SIZE:
+            raise ValueError("malformed listing")
+        length, *fields = _HEADER.unpack_from(listing, offset)
+        start = offset + HEADER_SIZE
+        offset = start + length
+        if offset > end:
+            raise ValueError("malformed listing")
+        entries.append((listing[start:offset], *fields))  # type: ignore[arg-type]
+    return entries
 
 
 class MaybeNames:

@@ -4,9 +4,10 @@ Three phases, so the walk and compression can use every core without the GIL:
 1. walk: `dirlisting.walk_dirs` (native, threaded, without the GIL) lists and lstats every
    directory; one whose listing equals the cached one — and whose ignore rules cannot have
    changed — is unchanged, and so is the whole walk below it unless a listing there differs:
-   only the differing directories come back to Python. There each entry is a stat-cache hit
-   (id reused, file not read) or a job. Ignore rules are only loaded for directories that need
-   them;
+   only the differing directories come back to Python. There, if the cached record describes
+   an earlier listing (`listing_changes`), only the entries that differ from it and the names
+   it kept aside as racy are looked at; else every entry. Each is a stat-cache hit (id reused,
+   file not read) or a job. Ignore rules are only loaded for directories that need them;
 2. hash: jobs go through `ObjectStore.put_files` (one Python thread reads and hashes; new
    objects are compressed in batches on native threads; never follows symlinks; a file that
    changes while read is retried, then skipped as "changed", never stored torn);
@@ -25,7 +26,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from checkpoints.dirlisting import Known, MaybeNames, iter_listing, walk_dirs
+from checkpoints.dirlisting import (
+    Known,
+    ListedEntry,
+    MaybeNames,
+    iter_listing,
+    listing_changes,
+    walk_dirs,
+)
 from checkpoints.model import SkippedPath
 from checkpoints.paths import RelPath, ancestors, parse_relpath
 from checkpoints.statcache import (
@@ -123,9 +131,10 @@ class _Dir:
     clean: bool = True  # nothing skipped or vanished here: its listing may be remembered
     ignores: list[object] = field(default_factory=list)  # listing entries of its ignore files
     ignored: list[bytes] = field(default_factory=list)  # names the rules left out ("/": dirs)
-    # Read through the cached record's recheck listing: (id the row had, row read again) of
-    # each racy file, which decides at build whether the cached tree id still holds.
-    recheck: list[tuple[bytes, Row]] | None = None
+    # Read in part (_read_changes): (cached row, row read again) of each entry looked at, and
+    # whether the names are the cached ones; at build they decide if the tree id still holds.
+    recheck: list[tuple[Row, Row]] | None = None
+    names_same: bool = False
 
 
 @dataclass(slots=True)
@@ -209,8 +218,7 @@ class _Scanner:
                     continue
                 node.listing, node.newest = outcome
                 cached = self.cache.dirs.get(node.key)
-                if cached is None or cached.recheck is None \
-                        or not self._recheck(node, cached, following):
+                if cached is None or not self._read_changes(node, cached, following):
                     self._read_dir(node, cached, following)
             for child in following:
                 nodes[child.key] = child
@@ -260,48 +268,73 @@ class _Scanner:
             node.rules = rules
         return rules
 
-    def _recheck(self, node: _Dir, cached: DirRecord, following: list[_Dir]) -> bool:
-        """The directory's listing is the one the cache kept aside because some of its files
-        were racy: every other entry is as cached, so only those are read again (a turn's
-        edits, checkpointed at once, would otherwise cost the next scan a look at every entry
-        of every directory they touched). False, with nothing done, where this does not hold:
-        the rules here may have changed, or a racy file is gone or no longer a file."""
-        listing, names = cached.recheck or (b"", [])
-        if listing != node.listing or not (self.shortcuts and node.rules_clean) \
-                or NOT_SETTLED in cached.ignores:
+    def _read_changes(self, node: _Dir, cached: DirRecord, following: list[_Dir]) -> bool:
+        """Look only at what differs from a listing the cached record describes (its whole
+        listing, or the one kept aside with the names of files too new to be trusted): the
+        entries that changed, and those names. Every other entry keeps its cached row, so a
+        turn's edits cost a look at the edited entries, not at every entry of the directories
+        they touched. False, with nothing done, where this does not hold: no such listing, the
+        rules here may have changed (an ignore file is among the changes, here or above), or a
+        name to look at vanished since the walk."""
+        if cached.listing:
+            base_listing, racy = cached.listing, []
+        elif cached.recheck is not None:
+            base_listing, racy = cached.recheck
+        else:
             return False
+        if not (self.shortcuts and node.rules_clean) or NOT_SETTLED in cached.ignores:
+            return False
+        assert node.listing is not None
+        try:
+            changed, gone = listing_changes(base_listing, node.listing)
+        except ValueError:  # checksummed, so not expected: decide every entry again
+            return False
+        look = {fields[0]: ListedEntry(*fields) for fields in changed}
+        gone_names = set(gone)
         base = node.fs_path + b"/"
-        stats: dict[bytes, os.stat_result] = {}
-        for name in names:
-            try:
-                st = stats[name] = os.lstat(base + name)
-            except OSError:
-                return False
-            if not (statmod.S_ISREG(st.st_mode) or statmod.S_ISLNK(st.st_mode)):
-                return False
+        for name in racy:
+            if name not in look and name not in gone_names:
+                try:
+                    st = os.lstat(base + name)
+                except OSError:
+                    return False
+                look[name] = ListedEntry(name, st.st_mode, st.st_size, st.st_mtime_ns,
+                                         st.st_ctime_ns, st.st_ino)
+        if any(name in look or name in gone_names for name in _IGNORE_FILES):
+            return False
         prefix = node.key + b"/" if node.key else b""
-        rows, recheck = node.rows, []
+        rows = node.rows
+        old_rows: dict[bytes, Row] = {}
+        dropped = 0
         for row in cached.rows:
             name = row[NAME]
-            st = stats.get(name)
-            if st is not None:
-                added = len(rows)
-                self._add_leaf(node, name, prefix + name, base + name, st)
-                if len(rows) > added:
-                    recheck.append((row[REF], rows[-1]))
-                continue
-            if row[KIND] == _TREE:
-                child = _Dir(prefix + name, base + name, parent=node, rules_clean=True)
-                node.children[name] = child
-                following.append(child)
-            rows.append(row)
-        node.recheck = recheck
-        node.ignores, node.ignored = cached.ignores, cached.ignored
+            if name in look:
+                old_rows[name] = row
+            elif name in gone_names:
+                dropped += 1
+            else:
+                rows.append(row)
+                if row[KIND] == _TREE:
+                    child = _Dir(prefix + name, base + name, parent=node)
+                    node.children[name] = child
+                    following.append(child)
+        node.ignores = cached.ignores
+        node.ignored = [name for name in cached.ignored
+                        if _bare(name) not in look and _bare(name) not in gone_names]
+        first_new = len(rows)
+        entries = [look[name] for name in sorted(look)]
+        self._read_entries(node, entries, old_rows, set(cached.ignored), following)
+        for child in node.children.values():  # no ignore file changed here or above
+            child.rules_clean = True
+        pairs = [(old_rows.get(row[NAME]), row) for row in rows[first_new:]]
+        node.names_same = (not dropped and len(pairs) == len(old_rows)
+                           and all(old is not None for old, _row in pairs))
+        node.recheck = [(old, row) for old, row in pairs if old is not None]
+        rows.sort(key=row_name)
+        node.ignored.sort(key=_bare)
         return True
 
     def _read_dir(self, node: _Dir, cached: DirRecord | None, following: list[_Dir]) -> None:
-        # The hot loop of a snapshot of changed directories: for an unchanged file nothing but
-        # a dict lookup and a field-by-field comparison (inlined on purpose).
         assert node.listing is not None
         cached_rows = {row[NAME]: row for row in cached.rows} if cached is not None else {}
         entries = list(iter_listing(node.listing))
@@ -316,6 +349,22 @@ class _Scanner:
                       and NOT_SETTLED not in ignores)
         # Then a name the cache kept (or left out) is decided as it was, without the rules.
         known_out = set(cached.ignored) if same_rules and cached is not None else None
+        hits = self._read_entries(node, entries, cached_rows, known_out, following)
+        if same_rules:
+            for child in node.children.values():
+                child.rules_clean = True
+        # Same names as cached and every row a hit: the directory may keep its tree id.
+        node.all_hits = (
+            node.all_hits and cached is not None and hits == len(node.rows) == len(cached.rows)
+        )
+
+    def _read_entries(self, node: _Dir, entries: Sequence[ListedEntry],
+                      cached_rows: dict[bytes, Row], known_out: set[bytes] | None,
+                      following: list[_Dir]) -> int:
+        """Add `entries` to `node`: rows (a cached one where the stat matches), subdirectories
+        to walk, files to hash, names left out. Returns how many matched a cached row."""
+        # The hot loop of a snapshot of changed directories: for an unchanged file nothing but
+        # a dict lookup and a field-by-field comparison (inlined on purpose).
         prefix = node.key + b"/" if node.key else b""
         base = node.fs_path + b"/"
         rows = node.rows
@@ -362,13 +411,7 @@ class _Scanner:
                 hits += 1
                 continue
             self._add_leaf(node, name, prefix + name, base + name, entry)
-        if same_rules:
-            for child in node.children.values():
-                child.rules_clean = True
-        # Same names as cached and every row a hit: the directory may keep its tree id.
-        node.all_hits = (
-            node.all_hits and cached is not None and hits == len(rows) == len(cached.rows)
-        )
+        return hits
 
     def _add_leaf(
         self, node: _Dir, name: bytes, key: bytes, fs_path: bytes,
@@ -471,16 +514,17 @@ class _Scanner:
 
     def _build_dir(self, node: _Dir) -> None:
         cached = None if node.virtual else self.cache.dirs.get(node.key)
-        if node.recheck is not None:  # unchanged if every racy file read again as before
-            node.all_hits = node.clean and all(row[REF] == ref for ref, row in node.recheck)
+        if node.recheck is not None:  # read in part: unchanged if what was read is as before
+            node.all_hits = node.names_same and node.clean and all(
+                old[KIND] == row[KIND] and (row[KIND] == _TREE or old[REF] == row[REF])
+                for old, row in node.recheck)
         if (node.fast or node.all_hits) and cached is not None and cached.tree \
                 and self._unchanged(node, cached):
             # The common case of a no-change snapshot: no entry objects, no encoding.
             node.tree, node.size, node.files = ObjectId(cached.tree), cached.size, cached.files
             node.leaves = cached.leaves
             if not node.fast:
-                # Read again, the racy rows carry their new stat (and maybe settled by now).
-                rows = cached.rows if node.recheck is None else node.rows
+                rows = cached.rows if node.recheck is None else self._kept_rows(node)
                 listing, recheck = self._listing_state(node, rows)
                 if listing != cached.listing or recheck != cached.recheck \
                         or node.ignored != cached.ignored or node.ignores != cached.ignores \
@@ -541,6 +585,14 @@ class _Scanner:
             self.new_cache.dirs[node.key] = DirRecord(
                 tree_id, size, files, rows, listing=listing, ignores=node.ignores,
                 subdirs=subdirs, ignored=node.ignored, leaves=leaves, recheck=recheck)
+
+    @staticmethod
+    def _kept_rows(node: _Dir) -> list[Row]:
+        """The rows of a directory read in part that keeps its tree id: as read (a file read
+        again carries its new stat, maybe settled by now), but a subdirectory's the cached one
+        (what was read holds no tree id; the cached one was checked to be unchanged)."""
+        subdirs = {id(row): old for old, row in node.recheck or () if row[KIND] == _TREE}
+        return [subdirs.get(id(row), row) for row in node.rows]
 
     def _listing_state(self, node: _Dir, rows: list[Row]) -> tuple[bytes, list[Any] | None]:
         """(listing, recheck) for the directory's new record. The listing the next walk may
@@ -739,6 +791,11 @@ def _is_real_dir(fs_path: bytes) -> bool:
         return statmod.S_ISDIR(os.lstat(fs_path).st_mode)
     except OSError:
         return False
+
+
+def _bare(name: bytes) -> bytes:
+    """A name of `DirRecord.ignored` without the "/" that marks a directory."""
+    return name[:-1] if name.endswith(b"/") else name
 
 
 def _depth(node: _Dir) -> int:

@@ -321,7 +321,9 @@ def record_restored(cache: StatCache, written: Iterable[tuple[bytes, int, StatLi
                     removed: Iterable[bytes], now_ns: int) -> None:
     """Teach `cache` what a restore wrote ((path, kind, stat, ref) per file or link) and
     removed, so the next snapshot does not read it again. A directory whose rows change loses
-    its tree id and listing, and so do its ancestors' tree ids."""
+    its tree id, and so do its ancestors'; its listing is kept aside with the names the
+    restore touched, so the next scan looks at the entries that differ from it and at those
+    names, not at the whole directory."""
     new_rows: dict[bytes, dict[bytes, Row]] = {}
     for path, kind, st, ref in written:
         parent, _, name = path.rpartition(b"/")
@@ -340,7 +342,12 @@ def record_restored(cache: StatCache, written: Iterable[tuple[bytes, int, StatLi
         rows = [r for r in record.rows if r[NAME] not in written_here and r[NAME] not in removed_here]
         rows.extend(written_here.values())
         rows.sort(key=row_name)
+        listing, racy = record.listing, []
+        if record.recheck is not None:
+            listing, racy = record.recheck
         record.rows = rows
+        if listing:
+            record.recheck = [listing, sorted({*racy, *written_here, *removed_here})]
     touched = new_rows.keys() | gone.keys()
     for key in touched:
         while True:

@@ -251,6 +251,68 @@ def test_a_same_tick_rewrite_under_a_listing_kept_aside_is_read(tmp_path: Path,
         assert cache.dirs[b""].tree == second.tree
 
 
+def _count_whole_reads(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The keys of the directories a scan reads entry by entry (not just what changed)."""
+    whole_reads: list[bytes] = []
+    read_dir = _Scanner._read_dir
+    monkeypatch.setattr(_Scanner, "_read_dir", lambda self, node, *rest: (
+        whole_reads.append(node.key), read_dir(self, node, *rest)))
+    return whole_reads
+
+
+def test_an_edit_in_a_large_directory_looks_at_the_changed_entries_only(
+        tmp_path: Path, worktree_at: Any, count_calls: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws = tmp_path / "ws"
+    work = worktree_at(ws)
+    root = os.fsencode(ws)
+    _populate(work, dirs=3, per_dir=50)
+    work.age()
+    with closing(ObjectStore.init(str(tmp_path / "store"))) as store:
+        _, cache = _scan(root, store, StatCache(), time.time_ns())
+        time.sleep(2 * RACY_WINDOW_NS / 1e9)  # the files' ctimes settle: listings are trusted
+        _, cache = _scan(root, store, cache, time.time_ns())
+        assert cache.dirs[b"d1"].listing
+
+        work.write("d1/f03.txt", b"edited")
+        work.write("d1/new.txt", b"new")
+        os.unlink(work.path("d1/f07.txt"))
+        reads = count_calls(store, "put_file")
+        whole_reads = _count_whole_reads(monkeypatch)
+        edited, cache = _scan(root, store, cache, time.time_ns())
+        assert whole_reads == []  # the root and d1 differ, each in one entry or three
+        assert sorted(reads.calls) == [root + b"/d1/f03.txt", root + b"/d1/new.txt"]
+        monkeypatch.undo()
+        cold, _ = _scan(root, store, StatCache(), time.time_ns())
+        assert edited.tree == cold.tree
+        d1 = store.get_tree(edited.tree).find(b"d1")
+        assert d1 is not None and _content(store, d1.oid, b"f03.txt") == b"edited"
+        # Just written, the two are racy: kept aside, with the listing, to be read next time.
+        record = cache.dirs[b"d1"]
+        assert record.recheck is not None and record.recheck[1] == [b"f03.txt", b"new.txt"]
+        assert record.tree == d1.oid
+
+
+def test_after_a_restore_the_next_checkpoint_reads_nothing_whole(
+        cp: Checkpoints, work: Any, count_calls: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = _populate(work, dirs=3, per_dir=30)
+    work.age()
+    first = cp.create()
+    for rel in paths[::7]:
+        work.write(rel, b"turn edit")
+    work.write("d2/added.txt", b"added")
+    os.unlink(work.path(paths[1]))
+    cp.create()
+    time.sleep(2 * RACY_WINDOW_NS / 1e9)
+    cp.restore(first.id)
+
+    reads = count_calls(cp.objects, "put_file")
+    whole_reads = _count_whole_reads(monkeypatch)
+    after = cp.create()
+    assert after.tree == first.tree
+    assert reads.count == after.stats.hashed == 0  # what the restore wrote is known
+    assert whole_reads == []  # each directory compared with its listing before the restore
+
+
 def test_ids_remembered_by_the_cache_are_rechecked_after_gc(cp: Checkpoints, work: Any) -> None:
     """A diff against the working tree stores blobs no checkpoint references; once gc has
     removed them, the stat cache's ids for those files must not be trusted blindly."""

@@ -123,6 +123,56 @@ def test_native_and_python_listings_are_identical(tmp_path: Path, threads: int) 
     assert native == python
 
 
+_ENTRY = st.tuples(st.binary(min_size=1, max_size=5).filter(lambda n: b"/" not in n),
+                  st.integers(0, 2**32 - 1), st.integers(0, 2**64 - 1),
+                  st.integers(-(2**63), 2**63 - 1), st.integers(-(2**63), 2**63 - 1),
+                  st.integers(0, 2**64 - 1))
+
+
+def _listing(entries: dict[bytes, tuple[Any, ...]]) -> bytes:
+    header = dirlisting._HEADER
+    return b"".join(header.pack(len(name), *fields) + name
+                    for name, fields in sorted(entries.items()))
+
+
+@settings(max_examples=300 if os.environ.get("CKPT_SOAK") == "1" else 60, deadline=None)
+@given(old=st.dictionaries(st.binary(min_size=1, max_size=4), _ENTRY, max_size=12),
+       edits=st.lists(st.tuples(st.sampled_from(["add", "drop", "touch"]), _ENTRY), max_size=8))
+def test_listing_changes_are_the_entries_that_differ(
+        old: dict[bytes, tuple[Any, ...]], edits: list[tuple[str, tuple[Any, ...]]]) -> None:
+    before = {name: fields[1:] for name, fields in old.items()}
+    after = dict(before)
+    for op, (name, *fields) in edits:
+        if op == "add":
+            after[name] = tuple(fields)
+        elif op == "drop":
+            after.pop(name, None)
+            if after:
+                after.pop(sorted(after)[len(name) % len(after)])
+        elif after:
+            touched = sorted(after)[len(name) % len(after)]
+            after[touched] = (after[touched][0] ^ 1, *after[touched][1:])
+    expected = ([(name, *after[name]) for name in sorted(after) if before.get(name) != after[name]],
+                sorted(set(before) - set(after)))
+    old_listing, new_listing = _listing(before), _listing(after)
+    assert dirlisting.listing_changes_python(old_listing, new_listing) == expected
+    if dirlisting._native_listing_changes is not None:
+        assert dirlisting._native_listing_changes(old_listing, new_listing) == expected
+
+
+@pytest.mark.parametrize("changes", [dirlisting.listing_changes_python,
+                                     dirlisting._native_listing_changes])
+def test_a_malformed_listing_cannot_be_compared(changes: Any) -> None:
+    if changes is None:
+        pytest.skip("the native scanner is not built")
+    good = _listing({b"a": (0o100644, 1, 2, 3, 4), b"bb": (0o40755, 0, 2, 3, 5)})
+    for bad in (good[:-1], good[:10], good + b"\x01", good[:40] + b"\xff\xff" + good[42:]):
+        with pytest.raises(ValueError):
+            changes(good, bad)
+        with pytest.raises(ValueError):
+            changes(bad, good)
+
+
 def _known_table(top: Path) -> dict[bytes, list[bytes]]:
     """What a stat cache would know of every directory under `top`: its listing and the
     subdirectories to follow (here all of them)."""
@@ -421,6 +471,7 @@ def test_a_scan_with_shortcuts_equals_a_scan_without_a_cache(
     if python_listings:
         monkeypatch.setattr(dirlisting, "_native_scan_dirs", None)
         monkeypatch.setattr(dirlisting, "_native_walk_dirs", None)
+        monkeypatch.setattr(dirlisting, "_native_listing_changes", None)
     with closing(ObjectStore.init(str(base / "store"))) as store:
         _settle()
         _, cache = _scan(work.root, store, StatCache())
