@@ -1,11 +1,12 @@
 """The in-process side of the peer comparison: ckpt's Python API as a harness calls it.
 
 ``python -m bench.inprocess`` is a worker that ``bench.compare`` starts once per round (tool
-``ckpt-api``). It imports the library, says it is ready, then serves one JSON request per stdin
-line and answers one JSON line on stdout, like a long-lived agent harness: the store is opened
-once (``Checkpoints.open``) and every step is one call on that open service. Each step is timed
-here with ``time.perf_counter`` around the call alone, so interpreter start-up, imports and the
-protocol are left out, which is the point of this mode.
+``ckpt-api``). It imports the library (``checkpoints.service.preload()`` included, as a harness
+that wants no import on its first restore calls it), says it is ready, then serves one JSON
+request per stdin line and answers one JSON line on stdout, like a long-lived agent harness:
+the store is opened once (``Checkpoints.open``) and every step is one call on that open
+service. Each step is timed here with ``time.perf_counter`` around the call alone, so
+interpreter start-up, imports and the protocol are left out, which is the point of this mode.
 
 Requests (one object per line; ``op`` names it):
   {"op": "init", "root": R, "store": S}  ``Checkpoints.init(R, S)`` + close, like ``ckpt init``
@@ -38,7 +39,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 import checkpoints
-from checkpoints.service import Checkpoints
+from checkpoints.service import Checkpoints, preload
 
 
 def peak_rss_kib() -> int:
@@ -113,6 +114,7 @@ def main() -> None:
     answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    preload()
     serve(sys.stdin, answers)
 
 

@@ -289,6 +289,25 @@ def test_version_and_help_do_not_load_the_library(env_for: Env) -> None:
         assert done.stderr.strip() == "0 []", (args, done.stderr)
 
 
+_RESTORE_SIDE = ("checkpoints.plan", "checkpoints.restore", "checkpoints.reports")
+
+
+def test_a_create_does_not_build_the_restore_side_and_preload_does(
+        initialized: Path, env_for: Env) -> None:
+    report = ("print(sorted(m for m in sys.modules if m in %r), file=sys.stderr)\n"
+              % (_RESTORE_SIDE + ("checkpoints.ignore",),))
+    create = "import sys\nfrom cli.main import run\nassert run(['create', '--json']) == 0\n"
+    preload = "import sys\nfrom checkpoints.service import preload\npreload()\n"
+    loaded = []
+    for code in (create, create, preload):  # the second create finds the stat cache
+        done = subprocess.run([sys.executable, "-c", code + report], capture_output=True,
+                              env=env_for(), text=True, timeout=60, check=False, cwd=initialized)
+        assert done.returncode == 0, done.stderr
+        loaded.append(done.stderr.strip())
+    assert loaded[1] == "[]"
+    assert loaded[2] == str(sorted(_RESTORE_SIDE + ("checkpoints.ignore",)))
+
+
 def test_only_cli_imports_click() -> None:
     import ast
 
