@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import stat as statmod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -760,6 +760,76 @@ def scan_paths(
     # Virtual ancestors: deepest first, so each sees its children's ids.
     scanner.build(sorted(virtual_nodes, key=lambda n: n.key.count(b"/") + bool(n.key)))
     return scanner.result(top, hashed, tuple(sorted(set(absent)))), scanner.new_cache
+
+
+def adopt_restored_trees(cache: StatCache, load: Callable[[ObjectId], Tree], target: ObjectId,
+                         touched: Iterable[bytes]) -> int:
+    """After a restore to `target`: give each directory it touched (a key of `touched`), and
+    each of their ancestors, the target's tree id there when its rows now name exactly the
+    target's entries, so that the next scan keeps that id instead of building the tree again.
+    (`record_restored` took those ids away: the rows had changed.) Deepest first, so that a
+    directory's subdirectories have their ids when it is compared. Rows are only trusted as
+    the scan trusts them: the next scan still compares every directory with its listing.
+    Returns how many directories got an id."""
+    keys: set[bytes] = set()
+    for key in touched:
+        while key not in keys:
+            keys.add(key)
+            if not key:
+                break
+            key = key.rpartition(b"/")[0]
+    adopted = 0
+    for key in sorted(keys, key=lambda k: k.count(b"/") + bool(k), reverse=True):
+        record = cache.dirs.get(key)
+        tree_id = _subtree_id(load, target, key)
+        if record is None or record.tree or tree_id is None:
+            continue
+        entries = load(tree_id).entries
+        rows = record.rows
+        if len(rows) != len(entries):
+            continue
+        prefix = key + b"/" if key else b""
+        kept: list[Row] = []
+        subdirs: list[list[bytes]] = []
+        size = files = leaves = 0
+        for row, entry in zip(rows, entries):
+            name, kind = row[NAME], row[KIND]
+            if name != entry.name or kind != int(entry.kind):
+                break
+            if kind == _TREE:
+                child = cache.dirs.get(prefix + name)
+                if child is None or child.tree != entry.oid:
+                    break
+                row = [name, _TREE, child.size, 0, 0, 0, 0, child.tree, False]
+                subdirs.append([name, child.tree])
+                size += child.size
+                files += child.files
+                leaves = -1 if leaves < 0 or child.leaves < 0 else leaves + child.leaves
+            elif kind == _LINK:
+                if row[REF] != entry.target:
+                    break
+                leaves += leaves >= 0
+            elif kind in (_FILE, _EXEC) and row[REF] == entry.oid and row[SIZE] == entry.size:
+                size += row[SIZE]
+                files += 1
+                leaves += leaves >= 0
+            else:
+                break
+            kept.append(row)
+        else:
+            record.adopt(tree_id, size, files, leaves, kept, subdirs)
+            adopted += 1
+    return adopted
+
+
+def _subtree_id(load: Callable[[ObjectId], Tree], tree: ObjectId, key: bytes) -> ObjectId | None:
+    """The id of the tree at `key` below `tree`; None if there is none."""
+    for name in key.split(b"/") if key else ():
+        entry = load(tree).find(name)
+        if entry is None or entry.kind is not EntryKind.TREE or entry.oid is None:
+            return None
+        tree = entry.oid
+    return tree
 
 
 def _remember_leaves(cache: StatCache, leaves: Sequence[tuple[bytes, Row]]) -> None:

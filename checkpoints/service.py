@@ -38,7 +38,14 @@ from checkpoints.lock import RootLock
 from checkpoints.model import CheckpointRecord, CheckpointStats, Event, new_checkpoint_id
 from checkpoints.paths import RelPath, parse_relpath, user_path_to_rel
 from checkpoints.retention import select_over_cap, select_prunable
-from checkpoints.scan import ProgressFn, ScanOptions, ScanResult, scan_paths, scan_workspace
+from checkpoints.scan import (
+    ProgressFn,
+    ScanOptions,
+    ScanResult,
+    adopt_restored_trees,
+    scan_paths,
+    scan_workspace,
+)
 from checkpoints.statcache import (
     StatCache,
     check_stat_cache,
@@ -555,7 +562,7 @@ class Checkpoints:
             applied = apply_plan(self._root_b, plan, staged, progress=progress)
         finally:
             remove_staging(intent.staging)
-        self._update_cache(applied)
+        self._update_cache(applied, intent.tree)
         return applied
 
     def _report(self, target: CheckpointRecord, plan: RestorePlan, applied: ApplyReport,
@@ -574,13 +581,17 @@ class Checkpoints:
                              applied.bytes_written, pre, discarded, False, plan,
                              tuple(applied.conflicts), _ms(time.monotonic() - started))
 
-    def _update_cache(self, applied: ApplyReport) -> None:
-        """Teach the stat cache what was written, so the next snapshot does not read it."""
+    def _update_cache(self, applied: ApplyReport, target: ObjectId) -> None:
+        """Teach the stat cache what was written, so the next snapshot does not read it, and
+        which directories now hold `target`'s trees, so that it does not rebuild them."""
         if not applied.written_files and not applied.removed_paths:
             return
         cache = self._current_cache()
         record_restored(cache, ((w.path, int(w.kind), w.stat, w.ref) for w in applied.written_files),
                         applied.removed_paths, time.time_ns())
+        touched = {w.path.rpartition(b"/")[0] for w in applied.written_files}
+        touched.update(path.rpartition(b"/")[0] for path in applied.removed_paths)
+        adopt_restored_trees(cache, self.objects.get_tree, target, touched)
         self._save_cache(cache)
 
     def _pending_intent(self) -> RestoreIntent | None:

@@ -88,6 +88,12 @@ class DirRecord:
         self._rows, self._packed = rows, None
         self.tree, self.listing, self.recheck = b"", b"", None
 
+    def adopt(self, tree: bytes, size: int, files: int, leaves: int, rows: list[Row],
+              subdirs: list[list[bytes]]) -> None:
+        """A tree id found to match the rows (after a restore): the listing stays as it is."""
+        self.tree, self.size, self.files, self.leaves = tree, size, files, leaves
+        self._rows, self._packed, self.subdirs = rows, None, subdirs
+
     def packed_rows(self) -> bytes:
         if self._packed is None:
             self._packed = pack_data(self._rows or [])

@@ -34,6 +34,7 @@ from checkpoints.statcache import (
     RACY_WINDOW_NS,
     SIZE,
     StatCache,
+    read_stat_cache,
 )
 from objstore import ObjectStore
 from objstore.walk import walk_reachable
@@ -306,11 +307,34 @@ def test_after_a_restore_the_next_checkpoint_reads_nothing_whole(
     cp.restore(first.id)
 
     reads = count_calls(cp.objects, "put_file")
+    builds = count_calls(cp.objects, "store_tree")
     whole_reads = _count_whole_reads(monkeypatch)
     after = cp.create()
     assert after.tree == first.tree
     assert reads.count == after.stats.hashed == 0  # what the restore wrote is known
     assert whole_reads == []  # each directory compared with its listing before the restore
+    assert builds.count == 0  # and each holds the tree id the restore gave it
+
+
+def test_a_restore_of_some_paths_gives_no_directory_a_tree_id_it_does_not_hold(
+        cp: Checkpoints, work: Any, tmp_path: Path, cold_scan: Any) -> None:
+    paths = _populate(work, dirs=2, per_dir=10)
+    work.age()
+    first = cp.create()
+    for rel in paths[::3]:
+        work.write(rel, b"turn edit")
+    cp.create()
+    time.sleep(2 * RACY_WINDOW_NS / 1e9)
+    cp.restore(first.id, paths=[work.path(paths[0])])  # d0 keeps its other edits
+    cache = read_stat_cache(cp._cache_path, gc_generation=cp._gc_generation())
+    first_d0 = cp.objects.get_tree(first.tree).find(b"d0")
+    assert first_d0 is not None and cache.dirs[b"d0"].tree != first_d0.oid
+    after = cp.create()
+    assert after.tree == cold_scan(cp.root, tmp_path / "cold") != first.tree
+    cp.restore(first.id)
+    cache = read_stat_cache(cp._cache_path, gc_generation=cp._gc_generation())
+    assert cache.dirs[b"d0"].tree == first_d0.oid and cache.dirs[b""].tree == first.tree
+    assert cp.create().tree == first.tree
 
 
 def test_ids_remembered_by_the_cache_are_rechecked_after_gc(cp: Checkpoints, work: Any) -> None:
