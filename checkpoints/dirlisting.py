@@ -19,9 +19,9 @@ looks at those entries only.
 
 The native `_dirscan` extension does all three, the first two with the GIL released and several
 threads; when it is not built (no compiler at install time) the pure-Python twins here produce
-the same results, only slower. Both: directories opened with O_NOFOLLOW, entries stat'ed without following
-symlinks; an entry that vanishes before its lstat is left out; an entry whose lstat fails
-otherwise is kept with mode 0 and the errno as its size.
+the same results, only slower. Listings, either way: directories opened with O_NOFOLLOW,
+entries stat'ed without following symlinks; an entry that vanishes before its lstat is left
+out; an entry whose lstat fails otherwise is kept with mode 0 and the errno as its size.
 
 No ignore rules, caches or trees here.
 """

@@ -8,8 +8,9 @@ directory whose listing is unchanged is recognised by one comparison, its rows n
 (they stay packed until something asks for them). Racy rule (as git's): a row whose mtime is not
 safely older than the scan that hashed it is marked racy and re-hashed next time, so a
 same-size rewrite within one timestamp tick is still caught. A directory with racy files keeps
-its listing aside with their names (`recheck`): the next scan that finds that listing again
-re-reads those files only, not the directory, and keeps the tree id if they hash as before.
+its listing aside with their names (`recheck`), and so does one a restore wrote into (with the
+names it touched): the next scan compares the directory's listing with it and looks only at
+the entries that differ and at those names, keeping the tree id if they read as before.
 
 The cache is only ever a performance aid: a missing, damaged or foreign cache loads as empty.
 It is one msgpack file, written atomically, ending in the BLAKE3 of what precedes it: a cache
@@ -48,11 +49,11 @@ Row = list[Any]  # [name: bytes, kind: int, size, mtime_ns, ctime_ns, ino, mode,
 class DirRecord:
     """One directory as the last scan left it. `listing` is b"" unless it may be trusted for a
     shortcut (nothing skipped, nothing racy); `recheck` None, or [listing, names] when the
-    listing was clean but the files `names` were too new to be trusted (racy): a scan that
-    finds the same listing need only read those again; `ignores` the listing entries of its
-    ignore files (NOT_SETTLED when one was racy); `subdirs` [name, tree id] of the
-    subdirectories captured; `ignored` the names its rules left out (a "/" appended for
-    directories)."""
+    listing was clean but the files `names` were too new to be trusted (racy) or were written
+    by a restore since: a scan looks only at the entries that differ from that listing and at
+    those names; `ignores` the listing entries of its ignore files (NOT_SETTLED when one was
+    racy); `subdirs` [name, tree id] of the subdirectories captured; `ignored` the names its
+    rules left out (a "/" appended for directories)."""
 
     __slots__ = ("_packed", "_rows", "files", "ignored", "ignores", "leaves", "listing",
                  "recheck", "size", "subdirs", "tree")

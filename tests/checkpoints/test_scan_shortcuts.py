@@ -513,6 +513,9 @@ def test_a_restore_drops_the_ids_and_listings_it_invalidates_and_nothing_else(
     assert [r[REF] for r in changed.rows] == [b"n" * 32, b"m" * 32]
     assert all(r[RACY] for r in changed.rows)  # just written: read once more next time
     assert (changed.tree, changed.listing) == (b"", b"")  # no shortcut, no reuse
+    # The listing it had is kept aside: the next scan looks at what differs and at the names
+    # the restore touched.
+    assert changed.recheck == [b"L", [b"f", b"g", b"new"]]
     assert cache.dirs[b"a"].tree == cache.dirs[b""].tree == b""  # ancestors lose their ids
     assert cache.dirs[b"a"].listing == b"L"  # their own entries did not change
     assert (cache.dirs[b"z"].tree, cache.dirs[b"z"].listing) == (b"T3", b"L")
@@ -520,15 +523,16 @@ def test_a_restore_drops_the_ids_and_listings_it_invalidates_and_nothing_else(
 
 
 def test_a_cache_round_trips_with_rows_left_packed_until_asked(tmp_path: Path) -> None:
-    cache = StatCache(DirTable(records={b"": _record(b"T0", [b"a", b"b"]),
-                                        b"d": _record(b"T1", [b"c"], b"")}),
+    aside = _record(b"T1", [b"c"], b"")
+    aside.recheck = [b"L2", [b"c"]]
+    cache = StatCache(DirTable(records={b"": _record(b"T0", [b"a", b"b"]), b"d": aside}),
                       gc_generation=3, settings="s")
     path = str(tmp_path / "statcache")
     write_stat_cache(path, cache)
     again = read_stat_cache(path, gc_generation=3)
     assert (again.settings, again.needs_verification) == ("s", False)
-    assert {k: (r.tree, r.listing, r.leaves) for k, r in again.dirs.items()} == {
-        b"": (b"T0", b"L", 2), b"d": (b"T1", b"", 1)}
+    assert {k: (r.tree, r.listing, r.recheck, r.leaves) for k, r in again.dirs.items()} == {
+        b"": (b"T0", b"L", None, 2), b"d": (b"T1", b"", [b"L2", [b"c"]], 1)}
     assert again.dirs[b""]._rows is None  # not decoded by loading
     assert again.dirs[b""].rows == cache.dirs[b""].rows
     assert read_stat_cache(path, gc_generation=4).needs_verification
