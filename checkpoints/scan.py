@@ -797,14 +797,15 @@ def adopt_restored_trees(cache: StatCache, load: Callable[[ObjectId], Tree], tar
             if name != entry.name or kind != int(entry.kind):
                 break
             if kind == _TREE:
-                child = cache.dirs.get(prefix + name)
-                if child is None or child.tree != entry.oid:
+                child = cache.dirs.summary(prefix + name)  # most were not touched: not decoded
+                if child is None or child[0] != entry.oid:
                     break
-                row = [name, _TREE, child.size, 0, 0, 0, 0, child.tree, False]
-                subdirs.append([name, child.tree])
-                size += child.size
-                files += child.files
-                leaves = -1 if leaves < 0 or child.leaves < 0 else leaves + child.leaves
+                child_tree, child_size, child_files, child_leaves = child
+                row = [name, _TREE, child_size, 0, 0, 0, 0, child_tree, False]
+                subdirs.append([name, child_tree])
+                size += child_size
+                files += child_files
+                leaves = -1 if leaves < 0 or child_leaves < 0 else leaves + child_leaves
             elif kind == _LINK:
                 if row[REF] != entry.target:
                     break

@@ -35,8 +35,8 @@ from objstore.codec import pack_data, unpack_data
 from objstore.errors import CorruptObject
 from objstore.ids import OID_SIZE, hash_bytes
 
-CACHE_VERSION = 5  # 2: checksum trailer; 3: listings, packed rows, settings; 4: wire records;
-# 5: listings kept with their racy names
+CACHE_VERSION = 6  # 2: checksum trailer; 3: listings, packed rows, settings; 4: wire records;
+# 5: listings kept with their racy names; 6: sizes and file counts outside the packed rest
 # Timestamps come from a coarse kernel clock (a jiffy, up to 10 ms at HZ=100): a file whose
 # mtime is this close to the scan start could still change without its mtime moving.
 RACY_WINDOW_NS = 20_000_000
@@ -103,9 +103,8 @@ class DirRecord:
     @classmethod
     def from_wire(cls, wire: Sequence[Any]) -> DirRecord:
         try:
-            listing, _names, tree, leaves, rest = wire
-            size, files, packed, ignores, subdirs, ignored, recheck = unpack_data(
-                rest, what="stat cache")
+            listing, _names, tree, leaves, rest, size, files = wire
+            packed, ignores, subdirs, ignored, recheck = unpack_data(rest, what="stat cache")
         except (TypeError, ValueError) as exc:  # checksummed: a writer's bug, not damage
             raise CorruptObject(None, f"stat cache: bad record ({exc})") from None
         if not (isinstance(tree, bytes) and isinstance(packed, bytes)
@@ -119,12 +118,13 @@ class DirRecord:
 
     def to_wire(self) -> list[Any]:
         names = b"\0".join(name for name, _tree in self.subdirs)
-        rest = pack_data([self.size, self.files, self.packed_rows(), self.ignores, self.subdirs,
-                          self.ignored, self.recheck])
-        return [self.listing, names, self.tree, self.leaves, rest]
+        rest = pack_data([self.packed_rows(), self.ignores, self.subdirs, self.ignored,
+                          self.recheck])
+        return [self.listing, names, self.tree, self.leaves, rest, self.size, self.files]
 
 
-Wire = list[Any]  # [listing, NUL-joined subdirectory names, tree, leaves, packed rest]
+# [listing, NUL-joined subdirectory names, tree, leaves, packed rest, size, files]
+Wire = list[Any]
 
 
 class DirTable:
@@ -192,6 +192,19 @@ class DirTable:
                 self._records.pop(key, None)
             else:
                 self._records[key] = records[key]
+
+    def summary(self, key: bytes) -> tuple[bytes, int, int, int] | None:
+        """(tree, size, files, leaves) of a record, read without decoding a stored one."""
+        record = self._records.get(key)
+        if record is not None:
+            return record.tree, record.size, record.files, record.leaves
+        wire = self._wire.get(key)
+        if wire is None:
+            return None
+        tree, leaves, size, files = wire[2], wire[3], wire[5], wire[6]
+        if not (isinstance(tree, bytes) and type(leaves) is type(size) is type(files) is int):
+            raise CorruptObject(None, "stat cache: bad record")  # checksummed: not expected
+        return tree, size, files, leaves
 
     def known(self) -> dict[bytes, Wire]:
         """Listing and subdirectory names per key, for `dirlisting.walk_dirs`."""
