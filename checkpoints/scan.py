@@ -598,7 +598,7 @@ class _Scanner:
         """(listing, recheck) for the directory's new record. The listing the next walk may
         compare against describes the rows fully: nothing skipped or vanished, nothing too new
         to be trusted. Where only racy files (or a recent ctime) keep it from that, it is kept
-        aside with their names, so that the next scan reads them again and nothing else."""
+        aside with their names: the next scan looks at those and at what differs from it."""
         if node.listing is None or not node.clean or NOT_SETTLED in node.ignores:
             return b"", None
         racy = [row[NAME] for row in rows if row[RACY]]
