@@ -161,13 +161,17 @@ def _scan_one(path: bytes) -> ScanOutcome:
 
 
 def iter_listing(listing: bytes) -> Iterator[ListedEntry]:
-    """The entries of a listing, in name order."""
+    """The entries of a listing, in name order; ValueError where it is malformed."""
     unpack = _HEADER.unpack_from
     offset, end = 0, len(listing)
     while offset < end:
+        if end - offset < HEADER_SIZE:
+            raise ValueError("malformed listing")
         length, mode, size, mtime, ctime, ino = unpack(listing, offset)
         start = offset + HEADER_SIZE
         offset = start + length
+        if offset > end:
+            raise ValueError("malformed listing")
         yield ListedEntry(listing[start:offset], mode, size, mtime, ctime, ino)
 
 
@@ -183,27 +187,10 @@ def listing_changes(old: bytes, new: bytes) -> tuple[list[EntryFields], list[byt
 
 
 def listing_changes_python(old: bytes, new: bytes) -> tuple[list[EntryFields], list[bytes]]:
-    before = {entry[0]: entry for entry in _checked_entries(old)}
-    changed: list[EntryFields] = []
-    for entry in _checked_entries(new):
-        if before.pop(entry[0], None) != entry:
-            changed.append(entry)
+    before = {entry.name: entry for entry in iter_listing(old)}
+    changed: list[EntryFields] = [entry for entry in iter_listing(new)
+                                  if before.pop(entry.name, None) != entry]
     return changed, sorted(before)
-
-
-def _checked_entries(listing: bytes) -> list[EntryFields]:
-    entries: list[EntryFields] = []
-    offset, end = 0, len(listing)
-    while offset < end:
-        if end - offset < HEADER_SIZE:
-            raise ValueError("malformed listing")
-        length, *fields = _HEADER.unpack_from(listing, offset)
-        start = offset + HEADER_SIZE
-        offset = start + length
-        if offset > end:
-            raise ValueError("malformed listing")
-        entries.append((listing[start:offset], *fields))  # type: ignore[arg-type]
-    return entries
 
 
 class MaybeNames:

@@ -131,10 +131,9 @@ class _Dir:
     clean: bool = True  # nothing skipped or vanished here: its listing may be remembered
     ignores: list[object] = field(default_factory=list)  # listing entries of its ignore files
     ignored: list[bytes] = field(default_factory=list)  # names the rules left out ("/": dirs)
-    # Read in part (_read_changes): (cached row, row read again) of each entry looked at, and
-    # whether the names are the cached ones; at build they decide if the tree id still holds.
+    # Read in part (_read_changes) with the cached names: (cached row, row read again) of each
+    # entry looked at; at build they decide if the tree id still holds.
     recheck: list[tuple[Row, Row]] | None = None
-    names_same: bool = False
 
 
 @dataclass(slots=True)
@@ -327,9 +326,10 @@ class _Scanner:
         for child in node.children.values():  # no ignore file changed here or above
             child.rules_clean = True
         pairs = [(old_rows.get(row[NAME]), row) for row in rows[first_new:]]
-        node.names_same = (not dropped and len(pairs) == len(old_rows)
-                           and all(old is not None for old, _row in pairs))
-        node.recheck = [(old, row) for old, row in pairs if old is not None]
+        if dropped or len(pairs) != len(old_rows) or any(old is None for old, _row in pairs):
+            node.all_hits = False  # other names than the cached ones: the tree is built again
+        else:
+            node.recheck = [(old, row) for old, row in pairs if old is not None]
         rows.sort(key=row_name)
         node.ignored.sort(key=_bare)
         return True
@@ -515,7 +515,7 @@ class _Scanner:
     def _build_dir(self, node: _Dir) -> None:
         cached = None if node.virtual else self.cache.dirs.get(node.key)
         if node.recheck is not None:  # read in part: unchanged if what was read is as before
-            node.all_hits = node.names_same and node.clean and all(
+            node.all_hits = node.clean and all(
                 old[KIND] == row[KIND] and (row[KIND] == _TREE or old[REF] == row[REF])
                 for old, row in node.recheck)
         if (node.fast or node.all_hits) and cached is not None and cached.tree \
@@ -524,8 +524,8 @@ class _Scanner:
             node.tree, node.size, node.files = ObjectId(cached.tree), cached.size, cached.files
             node.leaves = cached.leaves
             if not node.fast:
-                rows = cached.rows if node.recheck is None else self._kept_rows(node)
-                listing, recheck = self._listing_state(node, rows)
+                kept = cached.rows if node.recheck is None else self._kept_rows(node)
+                listing, recheck = self._listing_state(node, kept)
                 if listing != cached.listing or recheck != cached.recheck \
                         or node.ignored != cached.ignored or node.ignores != cached.ignores \
                         or node.recheck:
@@ -535,7 +535,7 @@ class _Scanner:
                     # shortcut.
                     self.settled_listings += bool(listing and not cached.listing)
                     self.new_cache.dirs[node.key] = DirRecord(
-                        cached.tree, cached.size, cached.files, rows, listing=listing,
+                        cached.tree, cached.size, cached.files, kept, listing=listing,
                         ignores=node.ignores, subdirs=cached.subdirs, ignored=node.ignored,
                         leaves=cached.leaves, recheck=recheck)
                     return
@@ -758,28 +758,19 @@ def scan_paths(
     _remember_leaves(scanner.new_cache, leaves)
     scanner.build(walked)
     # Virtual ancestors: deepest first, so each sees its children's ids.
-    scanner.build(sorted(virtual_nodes, key=lambda n: n.key.count(b"/") + bool(n.key)))
+    scanner.build(sorted(virtual_nodes, key=_depth))
     return scanner.result(top, hashed, tuple(sorted(set(absent)))), scanner.new_cache
 
 
 def adopt_restored_trees(cache: StatCache, load: Callable[[ObjectId], Tree], target: ObjectId,
-                         touched: Iterable[bytes]) -> int:
-    """After a restore to `target`: give each directory it touched (a key of `touched`), and
-    each of their ancestors, the target's tree id there when its rows now name exactly the
-    target's entries, so that the next scan keeps that id instead of building the tree again.
-    (`record_restored` took those ids away: the rows had changed.) Deepest first, so that a
-    directory's subdirectories have their ids when it is compared. Rows are only trusted as
-    the scan trusts them: the next scan still compares every directory with its listing.
-    Returns how many directories got an id."""
-    keys: set[bytes] = set()
-    for key in touched:
-        while key not in keys:
-            keys.add(key)
-            if not key:
-                break
-            key = key.rpartition(b"/")[0]
-    adopted = 0
-    for key in sorted(keys, key=lambda k: k.count(b"/") + bool(k), reverse=True):
+                         cleared: Iterable[bytes]) -> None:
+    """After a restore to `target`: give each directory whose tree id `record_restored` took
+    away (the keys it returned, `cleared`) the target's tree id there when its rows now name
+    exactly the target's entries, so that the next scan keeps that id instead of building the
+    tree again. Deepest first, so that a directory's subdirectories have their ids when it is
+    compared. Rows are only trusted as the scan trusts them: the next scan still compares
+    every directory with its listing."""
+    for key in sorted(cleared, key=_key_depth, reverse=True):
         record = cache.dirs.get(key)
         tree_id = _subtree_id(load, target, key)
         if record is None or record.tree or tree_id is None:
@@ -794,7 +785,7 @@ def adopt_restored_trees(cache: StatCache, load: Callable[[ObjectId], Tree], tar
         size = files = leaves = 0
         for row, entry in zip(rows, entries):
             name, kind = row[NAME], row[KIND]
-            if name != entry.name or kind != int(entry.kind):
+            if name != entry.name or kind != entry.kind:
                 break
             if kind == _TREE:
                 child = cache.dirs.summary(prefix + name)  # most were not touched: not decoded
@@ -819,8 +810,6 @@ def adopt_restored_trees(cache: StatCache, load: Callable[[ObjectId], Tree], tar
             kept.append(row)
         else:
             record.adopt(tree_id, size, files, leaves, kept, subdirs)
-            adopted += 1
-    return adopted
 
 
 def _subtree_id(load: Callable[[ObjectId], Tree], tree: ObjectId, key: bytes) -> ObjectId | None:
@@ -870,4 +859,8 @@ def _bare(name: bytes) -> bytes:
 
 
 def _depth(node: _Dir) -> int:
-    return node.key.count(b"/") + bool(node.key)
+    return _key_depth(node.key)
+
+
+def _key_depth(key: bytes) -> int:
+    return key.count(b"/") + bool(key)

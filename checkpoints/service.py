@@ -78,10 +78,10 @@ def preload() -> None:
     process, such as an agent harness, that would rather pay once at start than at its first
     restore or first scan without a stat cache. The CLI never calls it: each command is one
     process start, and most never need those modules."""
-    import checkpoints.ignore  # noqa: PLC0415, F401
-    import checkpoints.plan  # noqa: PLC0415, F401
-    import checkpoints.reports  # noqa: PLC0415, F401
-    import checkpoints.restore  # noqa: PLC0415, F401
+    import checkpoints.ignore  # noqa: PLC0415
+    import checkpoints.plan  # noqa: PLC0415
+    import checkpoints.reports  # noqa: PLC0415
+    import checkpoints.restore  # noqa: PLC0415
 
 
 @contextmanager
@@ -587,11 +587,10 @@ class Checkpoints:
         if not applied.written_files and not applied.removed_paths:
             return
         cache = self._current_cache()
-        record_restored(cache, ((w.path, int(w.kind), w.stat, w.ref) for w in applied.written_files),
-                        applied.removed_paths, time.time_ns())
-        touched = {w.path.rpartition(b"/")[0] for w in applied.written_files}
-        touched.update(path.rpartition(b"/")[0] for path in applied.removed_paths)
-        adopt_restored_trees(cache, self.objects.get_tree, target, touched)
+        cleared = record_restored(
+            cache, ((w.path, int(w.kind), w.stat, w.ref) for w in applied.written_files),
+            applied.removed_paths, time.time_ns())
+        adopt_restored_trees(cache, self.objects.get_tree, target, cleared)
         self._save_cache(cache)
 
     def _pending_intent(self) -> RestoreIntent | None:

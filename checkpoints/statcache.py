@@ -338,12 +338,13 @@ def read_stat_cache(path: str, *, gc_generation: int) -> StatCache:
 
 
 def record_restored(cache: StatCache, written: Iterable[tuple[bytes, int, StatLike, bytes]],
-                    removed: Iterable[bytes], now_ns: int) -> None:
+                    removed: Iterable[bytes], now_ns: int) -> set[bytes]:
     """Teach `cache` what a restore wrote ((path, kind, stat, ref) per file or link) and
     removed, so the next snapshot does not read it again. A directory whose rows change loses
     its tree id, and so do its ancestors'; its listing is kept aside with the names the
     restore touched, so the next scan looks at the entries that differ from it and at those
-    names, not at the whole directory."""
+    names, not at the whole directory. Returns the keys of the directories whose tree id it
+    took away."""
     new_rows: dict[bytes, dict[bytes, Row]] = {}
     for path, kind, st, ref in written:
         parent, _, name = path.rpartition(b"/")
@@ -368,15 +369,17 @@ def record_restored(cache: StatCache, written: Iterable[tuple[bytes, int, StatLi
         record.rows = rows
         if listing:
             record.recheck = [listing, sorted({*racy, *written_here, *removed_here})]
-    touched = new_rows.keys() | gone.keys()
-    for key in touched:
-        while True:
+    cleared: set[bytes] = set()
+    for key in new_rows.keys() | gone.keys():
+        while key not in cleared:  # an ancestor met before had its own ancestors cleared
+            cleared.add(key)
             record = cache.dirs.get(key)
             if record is not None:
                 record.tree = b""
             if not key:
                 break
             key = key.rpartition(b"/")[0]
+    return cleared
 
 
 def row_name(row: Row) -> bytes:

@@ -294,8 +294,8 @@ _RESTORE_SIDE = ("checkpoints.plan", "checkpoints.restore", "checkpoints.reports
 
 def test_a_create_does_not_build_the_restore_side_and_preload_does(
         initialized: Path, env_for: Env) -> None:
-    report = ("print(sorted(m for m in sys.modules if m in %r), file=sys.stderr)\n"
-              % (_RESTORE_SIDE + ("checkpoints.ignore",),))
+    watched = (*_RESTORE_SIDE, "checkpoints.ignore")
+    report = f"print(sorted(m for m in sys.modules if m in {watched!r}), file=sys.stderr)\n"
     create = "import sys\nfrom cli.main import run\nassert run(['create', '--json']) == 0\n"
     preload = "import sys\nfrom checkpoints.service import preload\npreload()\n"
     loaded = []
@@ -305,7 +305,7 @@ def test_a_create_does_not_build_the_restore_side_and_preload_does(
         assert done.returncode == 0, done.stderr
         loaded.append(done.stderr.strip())
     assert loaded[1] == "[]"
-    assert loaded[2] == str(sorted(_RESTORE_SIDE + ("checkpoints.ignore",)))
+    assert loaded[2] == str(sorted(watched))
 
 
 def test_only_cli_imports_click() -> None:
