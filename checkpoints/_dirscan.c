@@ -665,6 +665,94 @@ fail:
     return NULL;
 }
 
+/* ---- patch_listing -------------------------------------------------------------------- */
+
+static int name_order(const char *a, size_t alen, const char *b, size_t blen) {
+    size_t n = alen < blen ? alen : blen;
+    int order = memcmp(a, b, n);
+    return order ? order : (alen > blen) - (alen < blen);
+}
+
+static PyObject *patch_listing(PyObject *self, PyObject *args) {
+    const char *old;
+    Py_ssize_t old_size;
+    PyObject *seq;
+    if (!PyArg_ParseTuple(args, "y#O", &old, &old_size, &seq)) return NULL;
+    PyObject *changes = PySequence_Fast(seq, "changes must be a sequence of (name, entry or None)");
+    if (!changes) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(changes);
+    size_t bound = (size_t)old_size;
+    const char *last = NULL;
+    size_t last_len = 0;
+    for (Py_ssize_t i = 0; i < count; i++) { /* checked first: a bad change leaves nothing made */
+        PyObject *item = PySequence_Fast_GET_ITEM(changes, i);
+        PyObject *name, *entry;
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 ||
+            !PyBytes_Check(name = PyTuple_GET_ITEM(item, 0)) ||
+            ((entry = PyTuple_GET_ITEM(item, 1)) != Py_None && !PyBytes_Check(entry))) {
+            PyErr_SetString(PyExc_TypeError, "each change must be (bytes, bytes or None)");
+            goto done;
+        }
+        const char *n = PyBytes_AS_STRING(name);
+        size_t len = (size_t)PyBytes_GET_SIZE(name);
+        if (last && name_order(last, last_len, n, len) >= 0) {
+            PyErr_SetString(PyExc_ValueError, "changes must be in strictly increasing name order");
+            goto done;
+        }
+        last = n;
+        last_len = len;
+        if (entry != Py_None) {
+            size_t size = (size_t)PyBytes_GET_SIZE(entry), at = 0;
+            Cursor c;
+            if (next_entry(PyBytes_AS_STRING(entry), size, &at, &c) != 1 || at != size ||
+                c.len != len || memcmp(c.name, n, len) != 0) {
+                PyErr_SetString(PyExc_ValueError, "a change's entry must be one entry of its name");
+                goto done;
+            }
+            bound += size;
+        }
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
+    if (!out) goto done;
+    char *dest = PyBytes_AS_STRING(out);
+    size_t at = 0, copied = 0, used = 0;
+    Cursor a;
+    int has = next_entry(old, (size_t)old_size, &at, &a);
+    for (Py_ssize_t i = 0; i <= count; i++) {
+        PyObject *item = i < count ? PySequence_Fast_GET_ITEM(changes, i) : NULL;
+        const char *n = item ? PyBytes_AS_STRING(PyTuple_GET_ITEM(item, 0)) : NULL;
+        size_t len = item ? (size_t)PyBytes_GET_SIZE(PyTuple_GET_ITEM(item, 0)) : 0;
+        /* old entries before this change's name (all of them after the last change) */
+        while (has > 0 && (!item || name_order(a.name, a.len, n, len) < 0))
+            has = next_entry(old, (size_t)old_size, &at, &a);
+        if (has < 0) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_ValueError, "malformed listing");
+            goto done;
+        }
+        size_t upto = has > 0 ? (size_t)(a.header - old) : (size_t)old_size;
+        memcpy(dest + used, old + copied, upto - copied);
+        used += upto - copied;
+        copied = upto;
+        if (!item) break;
+        if (has > 0 && name_order(a.name, a.len, n, len) == 0) { /* replaced or dropped */
+            copied = at;
+            has = next_entry(old, (size_t)old_size, &at, &a);
+        }
+        PyObject *entry = PyTuple_GET_ITEM(item, 1);
+        if (entry != Py_None) {
+            memcpy(dest + used, PyBytes_AS_STRING(entry), (size_t)PyBytes_GET_SIZE(entry));
+            used += (size_t)PyBytes_GET_SIZE(entry);
+        }
+    }
+    if (used != bound && _PyBytes_Resize(&out, (Py_ssize_t)used) < 0) goto done;
+    result = out;
+done:
+    Py_DECREF(changes);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_dirs", scan_dirs, METH_VARARGS,
      "scan_dirs(paths: list[bytes], threads: int) -> list[tuple[bytes, int] | int]\n"
@@ -682,6 +770,12 @@ static PyMethodDef methods[] = {
      "The entries of `new` that are not in `old` byte for byte, as (name, mode, size,\n"
      "mtime_ns, ctime_ns, inode), and the names of `old` that `new` lacks; in name order.\n"
      "ValueError if either listing is malformed."},
+    {"patch_listing", patch_listing, METH_VARARGS,
+     "patch_listing(listing: bytes, changes: Sequence[tuple[bytes, bytes | None]]) -> bytes\n"
+     "`listing` with each named entry replaced by (or, where missing, given) the change's\n"
+     "entry, a listing of one entry of that name, or dropped where the change is None.\n"
+     "Changes in strictly increasing name order; ValueError otherwise, or if the listing or\n"
+     "an entry is malformed."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,9 +15,10 @@ then one call, all of it off the GIL.
 
 `listing_changes(old, new)` compares two listings of one directory: the entries of `new` not
 in `old` byte for byte, and the names `new` lacks, so a scan that knows what `old` stood for
-looks at those entries only.
+looks at those entries only. `patch_listing(listing, changes)` goes the other way: the listing
+a directory has after changes whose stats are known (what a restore wrote and removed).
 
-The native `_dirscan` extension does all three, the first two with the GIL released and several
+The native `_dirscan` extension does all four, the first two with the GIL released and several
 threads; when it is not built (no compiler at install time) the pure-Python twins here produce
 the same results, only slower. Listings, either way: directories opened with O_NOFOLLOW,
 entries stat'ed without following symlinks; an entry that vanishes before its lstat is left
@@ -28,6 +29,7 @@ No ignore rules, caches or trees here.
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 from collections.abc import Iterator, Mapping, Sequence
@@ -40,11 +42,13 @@ ScanOutcome = tuple[bytes, int] | int
 try:
     from checkpoints._dirscan import (  # type: ignore[import-not-found]
         listing_changes as _native_listing_changes,
+        patch_listing as _native_patch_listing,
         scan_dirs as _native_scan_dirs,
         walk_dirs as _native_walk_dirs,
     )
 except ImportError:  # pragma: no cover - depends on the install
     _native_scan_dirs = _native_walk_dirs = _native_listing_changes = None
+    _native_patch_listing = None
 
 NATIVE = _native_scan_dirs is not None
 _OPEN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -191,6 +195,38 @@ def listing_changes_python(old: bytes, new: bytes) -> tuple[list[EntryFields], l
     changed: list[EntryFields] = [entry for entry in iter_listing(new)
                                   if before.pop(entry.name, None) != entry]
     return changed, sorted(before)
+
+
+def encode_entry(entry: ListedEntry) -> bytes:
+    """One entry as a listing holds it (a listing of that entry alone)."""
+    return _HEADER.pack(len(entry.name), *entry[1:]) + entry.name
+
+
+def patch_listing(listing: bytes, changes: Mapping[bytes, ListedEntry | None]) -> bytes:
+    """`listing` with each entry `changes` names replaced by (or, where it has none, given in
+    name order) the change's entry, or dropped where the change is None: what the directory
+    lists once those changes, and nothing else, happened. ValueError if `listing` is
+    malformed or a change's entry is not of its name."""
+    ordered = [(name, None if entry is None else encode_entry(entry))
+               for name, entry in sorted(changes.items())]
+    if _native_patch_listing is not None:
+        return _native_patch_listing(listing, ordered)  # type: ignore[no-any-return]
+    return patch_listing_python(listing, ordered)
+
+
+def patch_listing_python(listing: bytes, ordered: Sequence[tuple[bytes, bytes | None]]) -> bytes:
+    names = [name for name, _encoded in ordered]
+    if any(a >= b for a, b in itertools.pairwise(names)):
+        raise ValueError("changes must be in strictly increasing name order")
+    entries = {entry.name: encode_entry(entry) for entry in iter_listing(listing)}
+    for name, encoded in ordered:
+        if encoded is None:
+            entries.pop(name, None)
+            continue
+        if [entry.name for entry in iter_listing(encoded)] != [name]:
+            raise ValueError("a change's entry must be one entry of its name")
+        entries[name] = encoded
+    return b"".join(entries[name] for name in sorted(entries))
 
 
 class MaybeNames:

@@ -60,6 +60,9 @@ class ApplyReport:
     conflicts: list[tuple[RelPath, str]] = field(default_factory=list)
     written_files: list[Written] = field(default_factory=list)
     removed_paths: list[RelPath] = field(default_factory=list)
+    # Every directory the apply went through (b"" the root) as it was when the apply ended:
+    # with the stats of what it wrote, what the next scan will list there (see scan.py).
+    dir_stats: dict[bytes, os.stat_result] = field(default_factory=dict)
 
 
 def _umask() -> int:
@@ -75,6 +78,11 @@ class _Dirs:
         self.root_fd = os.open(root, _DIR_FLAGS)
         self.fds: dict[RelPath, int] = {}
         self.report = report
+
+    def stat_all(self) -> dict[bytes, os.stat_result]:
+        stats: dict[bytes, os.stat_result] = {path: os.fstat(fd) for path, fd in self.fds.items()}
+        stats[b""] = os.fstat(self.root_fd)
+        return stats
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -203,6 +211,7 @@ def apply_plan(
         for removal in plan.removals:
             _remove(dirs, removal.path, removal.kind, report, conflict, strict=False)
             tick()
+        report.dir_stats = dirs.stat_all()
     finally:
         dirs.close()
     return report

@@ -20,9 +20,11 @@ caller (the service) decides when the cache is saved and the record committed.
 
 from __future__ import annotations
 
+import bisect
 import os
 import stat as statmod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +34,7 @@ from checkpoints.dirlisting import (
     MaybeNames,
     iter_listing,
     listing_changes,
+    patch_listing,
     walk_dirs,
 )
 from checkpoints.model import SkippedPath
@@ -53,6 +56,7 @@ from checkpoints.statcache import (
     StatCache,
     StatLike,
     make_row,
+    record_restored,
     row_name,
     same_stat,
 )
@@ -762,14 +766,97 @@ def scan_paths(
     return scanner.result(top, hashed, tuple(sorted(set(absent)))), scanner.new_cache
 
 
+def record_restore(cache: StatCache, load: Callable[[ObjectId], Tree], target: ObjectId,
+                   written: Sequence[tuple[bytes, int, StatLike, bytes]], removed: Sequence[bytes],
+                   dir_stats: Mapping[bytes, StatLike], now_ns: int) -> None:
+    """Teach `cache` what a restore to `target` did, so that the next scan neither reads what
+    it wrote nor looks again at the directories it went through: the rows of what it wrote
+    ((path, kind, stat, ref) per file or link) and removed (`record_restored`); the listing
+    each directory now has, where every change in it is known (`_restored_listings`, from
+    `dir_stats`: each directory the restore went through, as it left it); and the target's
+    tree ids (`adopt_restored_trees`). A directory that gets its tree id back, with a listing
+    known in full and nothing racy left in it, trusts that listing: the next walk finds it
+    unchanged without Python, as after a snapshot."""
+    listings = _restored_listings(cache, written, removed, dir_stats)
+    cleared = record_restored(cache, written, removed, now_ns)
+    settled: set[bytes] = set()
+    for key, (listing, racy) in listings.items():
+        record = cache.dirs.get(key)
+        if key not in cleared or record is None:
+            continue  # no entry of it changed: its record stands as it was
+        record.listing, record.recheck = b"", [listing, racy]
+        if not racy:
+            settled.add(key)
+    adopt_restored_trees(cache, load, target, cleared, settled)
+
+
+def _restored_listings(cache: StatCache, written: Sequence[tuple[bytes, int, StatLike, bytes]],
+                       removed: Sequence[bytes], dir_stats: Mapping[bytes, StatLike],
+                       ) -> dict[bytes, tuple[bytes, list[bytes]]]:
+    """Key -> (listing, racy names) of each cached directory whose listing after the restore is
+    its cached one (trusted, or kept aside with its racy names) with the restore's changes
+    applied: entries of what it wrote, with their stats after the rename; the names it removed,
+    dropped; its subdirectories the restore went through, with their stats after it.
+
+    Only files and links may have come or gone, and no ignore file, nor a name the rules left
+    out: then the rows that `record_restored` makes describe that listing exactly. Files the
+    restore wrote are not racy: they are dated before their staging, so any later write shows
+    in their mtime (see restore.py). A listing that is not what the directory really lists
+    (something else changed it meanwhile) costs only speed: the next walk reports it."""
+    changes: dict[bytes, dict[bytes, ListedEntry | None]] = {}
+    for path in removed:
+        parent, _, name = path.rpartition(b"/")
+        changes.setdefault(parent, {})[name] = None
+    for path, _kind, st, _ref in written:  # after removals: a name removed then written is there
+        parent, _, name = path.rpartition(b"/")
+        changes.setdefault(parent, {})[name] = _listed(name, st)
+    for key, st in dir_stats.items():
+        if key:
+            parent, _, name = key.rpartition(b"/")
+            changes.setdefault(parent, {})[name] = _listed(name, st)
+    listings: dict[bytes, tuple[bytes, list[bytes]]] = {}
+    for key, here in changes.items():
+        record = cache.dirs.get(key)
+        if record is None:
+            continue
+        if record.listing:
+            base, racy = record.listing, []
+        elif record.recheck is not None:
+            base, racy = record.recheck
+        else:
+            continue
+        rows = record.rows
+        left_out = {_bare(name) for name in record.ignored}
+        if any(name in _IGNORE_FILES or name in left_out
+               or (_kind_of(rows, name) == _TREE) != (entry is not None and statmod.S_ISDIR(entry.st_mode))
+               for name, entry in here.items()):
+            continue
+        try:
+            listings[key] = (patch_listing(base, here), [n for n in racy if n not in here])
+        except ValueError:  # checksummed, so not expected: the scan reads it as it does now
+            continue
+    return listings
+
+
+def _kind_of(rows: list[Row], name: bytes) -> int | None:
+    """The kind of the row named `name` in `rows` (sorted by name), None if there is none."""
+    at = bisect.bisect_left(rows, name, key=row_name)
+    return rows[at][KIND] if at < len(rows) and rows[at][NAME] == name else None
+
+
+def _listed(name: bytes, st: StatLike) -> ListedEntry:
+    return ListedEntry(name, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
 def adopt_restored_trees(cache: StatCache, load: Callable[[ObjectId], Tree], target: ObjectId,
-                         cleared: Iterable[bytes]) -> None:
+                         cleared: Iterable[bytes], settled: AbstractSet[bytes] = frozenset()) -> None:
     """After a restore to `target`: give each directory whose tree id `record_restored` took
     away (the keys it returned, `cleared`) the target's tree id there when its rows now name
     exactly the target's entries, so that the next scan keeps that id instead of building the
     tree again. Deepest first, so that a directory's subdirectories have their ids when it is
     compared. Rows are only trusted as the scan trusts them: the next scan still compares
-    every directory with its listing."""
+    every directory with its listing. A directory of `settled` that gets its id back trusts
+    the listing kept aside for it (see `record_restore`)."""
     for key in sorted(cleared, key=_key_depth, reverse=True):
         record = cache.dirs.get(key)
         tree_id = _subtree_id(load, target, key)
@@ -810,6 +897,8 @@ def adopt_restored_trees(cache: StatCache, load: Callable[[ObjectId], Tree], tar
             kept.append(row)
         else:
             record.adopt(tree_id, size, files, leaves, kept, subdirs)
+            if key in settled and record.recheck is not None:
+                record.listing, record.recheck = record.recheck[0], None
 
 
 def _subtree_id(load: Callable[[ObjectId], Tree], tree: ObjectId, key: bytes) -> ObjectId | None:

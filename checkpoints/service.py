@@ -42,7 +42,7 @@ from checkpoints.scan import (
     ProgressFn,
     ScanOptions,
     ScanResult,
-    adopt_restored_trees,
+    record_restore,
     scan_paths,
     scan_workspace,
 )
@@ -51,7 +51,6 @@ from checkpoints.statcache import (
     check_stat_cache,
     leaf_counts,
     read_stat_cache,
-    record_restored,
     write_stat_cache,
 )
 from objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, TreeEntry, hash_bytes
@@ -587,10 +586,9 @@ class Checkpoints:
         if not applied.written_files and not applied.removed_paths:
             return
         cache = self._current_cache()
-        cleared = record_restored(
-            cache, ((w.path, int(w.kind), w.stat, w.ref) for w in applied.written_files),
-            applied.removed_paths, time.time_ns())
-        adopt_restored_trees(cache, self.objects.get_tree, target, cleared)
+        record_restore(cache, self.objects.get_tree, target,
+                       [(w.path, int(w.kind), w.stat, w.ref) for w in applied.written_files],
+                       applied.removed_paths, applied.dir_stats, time.time_ns())
         self._save_cache(cache)
 
     def _pending_intent(self) -> RestoreIntent | None:

@@ -319,6 +319,47 @@ def test_after_a_restore_the_next_checkpoint_reads_nothing_whole(
     assert builds.count == 0  # and each holds the tree id the restore gave it
 
 
+def test_after_a_restore_the_next_walk_finds_every_directory_unchanged(
+        tmp_path: Path, worktree_at: Any, count_calls: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The restore knows what each directory it went through lists afterwards (what it wrote,
+    with its stat; what it removed; the subdirectories' stats): the next checkpoint's walk
+    compares every listing in C and hands no directory to Python, and its cache is not
+    written again."""
+    ws = tmp_path / "ws"
+    work = worktree_at(ws)
+    paths = _populate(work, dirs=3, per_dir=20)
+    work.write("d1/deeper/g.txt", b"deep")
+    work.age()
+    with Checkpoints.init(str(ws), str(tmp_path / "store")) as cp:  # outside: the root too
+        first = cp.create()
+        for rel in paths[::9]:
+            work.write(rel, b"turn edit")
+        work.write("d2/added.txt", b"added")
+        work.write("d1/deeper/g.txt", b"deep edit")
+        os.unlink(work.path(paths[1]))
+        cp.create()
+        time.sleep(2 * RACY_WINDOW_NS / 1e9)
+        cp.restore(first.id)
+        saved = os.stat(cp._cache_path)
+
+        reads = count_calls(cp.objects, "put_file")
+        looked_at: list[bytes] = []
+        for method in ("_read_dir", "_read_changes"):
+            original = getattr(_Scanner, method)
+            monkeypatch.setattr(_Scanner, method, lambda self, node, *rest, _f=original: (
+                looked_at.append(node.key), _f(self, node, *rest))[1])
+        after = cp.create()
+        assert after.tree == first.tree and reads.count == after.stats.hashed == 0
+        assert looked_at == []
+        assert os.stat(cp._cache_path).st_ino == saved.st_ino  # nothing new to save
+
+        # An edit right after (a kept size, within the clock tick) is still seen.
+        work.write(paths[9], b"turn edit")
+        edited = cp.create()
+        assert looked_at == [b"d0"] and edited.stats.hashed == 1
+        assert cp.read_file(edited.id, paths[9]) == b"turn edit"
+
+
 def test_a_restore_of_some_paths_gives_no_directory_a_tree_id_it_does_not_hold(
         cp: Checkpoints, work: Any, tmp_path: Path, cold_scan: Any) -> None:
     paths = _populate(work, dirs=2, per_dir=10)

@@ -17,7 +17,7 @@ import os
 import random
 import shutil
 import time
-from contextlib import closing
+from contextlib import closing, suppress
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 
 from checkpoints import dirlisting
 from checkpoints.config import set_config_value
-from checkpoints.errors import PathNotInCheckpoint
+from checkpoints.errors import PathNotInCheckpoint, RestoreIncomplete
 from checkpoints.ignore import IgnoreRules
-from checkpoints.scan import ScanOptions, scan_workspace
+from checkpoints.scan import ScanOptions, _restored_listings, scan_workspace
 from checkpoints.service import Checkpoints
 from checkpoints.statcache import (
     NAME,
@@ -158,6 +158,52 @@ def test_listing_changes_are_the_entries_that_differ(
     assert dirlisting.listing_changes_python(old_listing, new_listing) == expected
     if dirlisting._native_listing_changes is not None:
         assert dirlisting._native_listing_changes(old_listing, new_listing) == expected
+
+
+@settings(max_examples=300 if os.environ.get("CKPT_SOAK") == "1" else 60, deadline=None)
+@given(old=st.dictionaries(st.binary(min_size=1, max_size=4), _ENTRY, max_size=12),
+       changes=st.dictionaries(st.binary(min_size=1, max_size=4), st.none() | _ENTRY,
+                               max_size=6),
+       picks=st.lists(st.integers(0, 2**16), max_size=4))
+def test_a_patched_listing_is_the_listing_with_those_changes(
+        old: dict[bytes, tuple[Any, ...]], changes: dict[bytes, tuple[Any, ...] | None],
+        picks: list[int]) -> None:
+    before = {name: fields[1:] for name, fields in old.items()}
+    if before:  # changes to names the listing holds, not only to new ones
+        names = sorted(before)
+        for pick in picks:
+            changes[names[pick % len(names)]] = None if pick % 3 == 0 else (b"", *before[names[0]])
+    patch = {name: None if fields is None else dirlisting.ListedEntry(name, *fields[1:])
+             for name, fields in changes.items()}
+    after = dict(before)
+    for name, entry in patch.items():
+        if entry is None:
+            after.pop(name, None)
+        else:
+            after[name] = tuple(entry[1:])
+    expected = _listing(after)
+    assert dirlisting.patch_listing(_listing(before), patch) == expected
+    ordered = [(name, None if entry is None else dirlisting.encode_entry(entry))
+               for name, entry in sorted(patch.items())]
+    assert dirlisting.patch_listing_python(_listing(before), ordered) == expected
+
+
+@pytest.mark.parametrize("patch", [dirlisting.patch_listing_python,
+                                   dirlisting._native_patch_listing])
+def test_a_malformed_listing_or_change_cannot_be_patched(patch: Any) -> None:
+    if patch is None:
+        pytest.skip("the native scanner is not built")
+    good = _listing({b"a": (0o100644, 1, 2, 3, 4), b"bb": (0o40755, 0, 2, 3, 5)})
+    entry = dirlisting.encode_entry(dirlisting.ListedEntry(b"b", 0o100644, 1, 2, 3, 6))
+    assert patch(good, [(b"b", entry)]) == _listing({
+        b"a": (0o100644, 1, 2, 3, 4), b"b": (0o100644, 1, 2, 3, 6), b"bb": (0o40755, 0, 2, 3, 5)})
+    for bad in (good[:-1], good[:10], good + b"\x01"):
+        with pytest.raises(ValueError):
+            patch(bad, [(b"zz", None)])
+    for changes in ([(b"b", None), (b"a", None)], [(b"a", None), (b"a", None)],  # not in order
+                    [(b"a", entry)], [(b"b", entry[:-1])], [(b"b", entry + entry)]):
+        with pytest.raises(ValueError):
+            patch(good, changes)
 
 
 @pytest.mark.parametrize("changes", [dirlisting.listing_changes_python,
@@ -469,9 +515,7 @@ def test_a_scan_with_shortcuts_equals_a_scan_without_a_cache(
         for name in _NAMES:
             work.write(f"{directory}/{name}" if directory else name, name.encode())
     if python_listings:
-        monkeypatch.setattr(dirlisting, "_native_scan_dirs", None)
-        monkeypatch.setattr(dirlisting, "_native_walk_dirs", None)
-        monkeypatch.setattr(dirlisting, "_native_listing_changes", None)
+        _use_python_listings(monkeypatch)
     with closing(ObjectStore.init(str(base / "store"))) as store:
         _settle()
         _, cache = _scan(work.root, store, StatCache())
@@ -487,6 +531,49 @@ def test_a_scan_with_shortcuts_equals_a_scan_without_a_cache(
             cold, _ = _scan(work.root, store, StatCache())
             assert warm.tree == cold.tree, ops
             assert warm.skipped == cold.skipped
+    monkeypatch.undo()
+
+
+def _use_python_listings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for native in ("_native_scan_dirs", "_native_walk_dirs", "_native_listing_changes",
+                   "_native_patch_listing"):
+        monkeypatch.setattr(dirlisting, native, None)
+
+
+@settings(max_examples=300 if os.environ.get("CKPT_SOAK") == "1" else 20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(turn=st.lists(_OPS, min_size=1, max_size=5), after=st.lists(_OPS, max_size=3),
+       settle=st.booleans(), python_listings=st.booleans())
+def test_the_checkpoint_after_a_restore_equals_a_scan_without_a_cache(
+        tmp_path_factory: pytest.TempPathFactory, worktree_at: Any, cold_scan: Any,
+        turn: list[tuple[str, str, str | None, bytes | None]],
+        after: list[tuple[str, str, str | None, bytes | None]], settle: bool,
+        python_listings: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a restore teaches the stat cache (rows, listings, tree ids) never hides a change:
+    a turn, a restore (right after it, or once it settled), maybe edits right after the
+    restore, then a checkpoint, which must be what a scan without a cache sees."""
+    base = tmp_path_factory.mktemp("restore-prop")
+    work = worktree_at(base / "ws")
+    for directory in _DIRS:
+        for name in _NAMES:
+            work.write(f"{directory}/{name}" if directory else name, name.encode())
+    if python_listings:
+        _use_python_listings(monkeypatch)
+    _settle()
+    with Checkpoints.init(os.fsdecode(work.root), str(base / "store")) as cp:
+        first = cp.create()
+        for op in turn:
+            _apply(work, op)
+        cp.create()
+        if settle:
+            _settle()
+        with suppress(RestoreIncomplete):  # a file the turn's rules ignore is in the way
+            cp.restore(first.id)
+        restored = cp.create()
+        assert restored.tree == cold_scan(os.fsdecode(work.root), base / "cold-restored")
+        for op in after:
+            _apply(work, op)
+        assert cp.create().tree == cold_scan(os.fsdecode(work.root), base / "cold-after")
     monkeypatch.undo()
 
 
@@ -522,6 +609,51 @@ def test_a_restore_drops_the_ids_and_listings_it_invalidates_and_nothing_else(
     assert cache.dirs[b"a"].listing == b"L"  # their own entries did not change
     assert (cache.dirs[b"z"].tree, cache.dirs[b"z"].listing) == (b"T3", b"L")
     assert leaf_counts(cache) == {b"T3": 1}
+
+
+def test_the_listings_a_restore_knows_are_what_its_directories_then_list(tmp_path: Path) -> None:
+    """From the cached listing, what the restore wrote (with its stat), what it removed and the
+    stats of the directories it went through, `_restored_listings` gives the listing a walk
+    then finds, byte for byte; names that were racy stay aside unless the restore wrote them;
+    a directory where a subdirectory came or went, or an ignore file changed, gets none."""
+    root = tmp_path / "ws"
+    (root / "s").mkdir(parents=True)
+    for name in ("a", "b", "c"):
+        (root / name).write_bytes(name.encode())
+    for name in ("q", "r"):
+        (root / "s" / name).write_bytes(name.encode())
+
+    def listing(path: Path) -> bytes:
+        outcome = dirlisting.scan_dirs([os.fsencode(path)])[0]
+        assert not isinstance(outcome, int)
+        return outcome[0]
+
+    def cache_now() -> StatCache:
+        top = _record(b"T0", [b"a", b"b", b"c"], listing(root))
+        top.rows.append([b"s", 4, 0, 0, 0, 0, 0, b"T1", False])
+        below = _record(b"T1", [b"q", b"r"], b"")
+        below.recheck = [listing(root / "s"), [b"r"]]
+        return StatCache(DirTable(records={b"": top, b"s": below}))
+
+    cache = cache_now()
+
+    def put(rel: str, data: bytes) -> tuple[bytes, int, os.stat_result, bytes]:
+        staged = tmp_path / "staged"
+        staged.write_bytes(data)
+        os.rename(staged, root / rel)
+        return (rel.encode(), 1, os.lstat(root / rel), b"n" * 32)
+
+    written = [put("a", b"A"), put("d", b"D"), put("s/q", b"Q")]
+    os.unlink(root / "b")
+    dir_stats = {b"": os.stat(root), b"s": os.stat(root / "s")}
+    assert _restored_listings(cache, written, [b"b"], dir_stats) == {
+        b"": (listing(root), []), b"s": (listing(root / "s"), [b"r"])}
+
+    cache = cache_now()  # listings of before the following changes: none can be known
+    (root / "s" / "new").mkdir()
+    written = [put(".gitignore", b"*.log\n")]
+    dir_stats = {b"": os.stat(root), b"s": os.stat(root / "s"), b"s/new": os.stat(root / "s/new")}
+    assert _restored_listings(cache, written, [], dir_stats) == {}
 
 
 def test_a_cache_round_trips_with_rows_left_packed_until_asked(tmp_path: Path) -> None:
