@@ -20,6 +20,7 @@ need not read it again (a file dated "now" would be racy: see statcache.py).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat as statmod
@@ -80,8 +81,12 @@ class _Dirs:
         self.report = report
 
     def stat_all(self) -> dict[bytes, os.stat_result]:
-        stats: dict[bytes, os.stat_result] = {path: os.fstat(fd) for path, fd in self.fds.items()}
-        stats[b""] = os.fstat(self.root_fd)
+        """The stat of every directory open here; one that cannot be had is left out (it only
+        tells the stat cache what the next scan will see)."""
+        stats: dict[bytes, os.stat_result] = {}
+        for path, fd in [(b"", self.root_fd), *self.fds.items()]:
+            with contextlib.suppress(OSError):
+                stats[path] = os.fstat(fd)
         return stats
 
     def close(self) -> None:

@@ -168,7 +168,7 @@ class _Scanner:
         self.skipped: list[SkippedPath] = []
         self.new_objects = 0
         self.new_bytes = 0
-        self.new_cache = StatCache(gc_generation=cache.gc_generation)
+        self.new_cache = StatCache(gc_generation=cache.gc_generation, base=cache.base)
         self.new_cache.settings = options.settings
         self.rebuilt_dirs = 0
         self.settled_listings = 0
@@ -817,7 +817,7 @@ def _restored_listings(cache: StatCache, written: Sequence[tuple[bytes, int, Sta
     listings: dict[bytes, tuple[bytes, list[bytes]]] = {}
     for key, here in changes.items():
         record = cache.dirs.get(key)
-        if record is None:
+        if record is None or NOT_SETTLED in record.ignores:
             continue
         if record.listing:
             base, racy = record.listing, []

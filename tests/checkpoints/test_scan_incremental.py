@@ -13,7 +13,7 @@ import os
 import random
 import time
 from collections.abc import Callable
-from contextlib import closing
+from contextlib import closing, suppress
 from pathlib import Path
 from typing import Any
 
@@ -319,6 +319,16 @@ def test_after_a_restore_the_next_checkpoint_reads_nothing_whole(
     assert builds.count == 0  # and each holds the tree id the restore gave it
 
 
+def _cache_files(cp: Checkpoints) -> dict[str, tuple[int, int]]:
+    """(inode, mtime) of the stat cache's files (its base and delta) that exist."""
+    found = {}
+    for path in (cp._cache_path, cp._cache_path + ".delta"):
+        with suppress(FileNotFoundError):
+            st = os.stat(path)
+            found[path] = (st.st_ino, st.st_mtime_ns)
+    return found
+
+
 def test_after_a_restore_the_next_walk_finds_every_directory_unchanged(
         tmp_path: Path, worktree_at: Any, count_calls: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The restore knows what each directory it went through lists afterwards (what it wrote,
@@ -340,7 +350,7 @@ def test_after_a_restore_the_next_walk_finds_every_directory_unchanged(
         cp.create()
         time.sleep(2 * RACY_WINDOW_NS / 1e9)
         cp.restore(first.id)
-        saved = os.stat(cp._cache_path)
+        saved = _cache_files(cp)
 
         reads = count_calls(cp.objects, "put_file")
         looked_at: list[bytes] = []
@@ -351,7 +361,7 @@ def test_after_a_restore_the_next_walk_finds_every_directory_unchanged(
         after = cp.create()
         assert after.tree == first.tree and reads.count == after.stats.hashed == 0
         assert looked_at == []
-        assert os.stat(cp._cache_path).st_ino == saved.st_ino  # nothing new to save
+        assert _cache_files(cp) == saved  # nothing new to save
 
         # An edit right after (a kept size, within the clock tick) is still seen.
         work.write(paths[9], b"turn edit")

@@ -39,6 +39,7 @@ from checkpoints.statcache import (
     DirRecord,
     DirTable,
     StatCache,
+    check_stat_cache,
     leaf_counts,
     read_stat_cache,
     record_restored,
@@ -670,6 +671,75 @@ def test_a_cache_round_trips_with_rows_left_packed_until_asked(tmp_path: Path) -
     assert again.dirs[b""]._rows is None  # not decoded by loading
     assert again.dirs[b""].rows == cache.dirs[b""].rows
     assert read_stat_cache(path, gc_generation=4).needs_verification
+
+
+def _records(cache: StatCache) -> dict[bytes, tuple[Any, ...]]:
+    return {key: (r.tree, r.listing, r.recheck, r.leaves, r.rows) for key, r in cache.dirs.items()}
+
+
+def test_a_save_writes_a_delta_against_the_base_while_it_stays_small(tmp_path: Path) -> None:
+    path = str(tmp_path / "statcache")
+    delta = path + ".delta"
+    many = {b"d%03d" % i: _record(b"T%03d" % i, [b"f%d" % j for j in range(20)])
+            for i in range(200)}
+    write_stat_cache(path, StatCache(DirTable(records=dict(many)), gc_generation=1, settings="s"))
+    base = os.stat(path)
+    base_bytes = Path(path).read_bytes()
+    assert not os.path.exists(delta)
+
+    loaded = read_stat_cache(path, gc_generation=1)
+    # What a scan makes of it: records taken as they were, but one gone, one new, one added.
+    cache = StatCache(gc_generation=2, settings="s", base=loaded.base)
+    cache.dirs.take(loaded.dirs, [key for key in loaded.dirs.keys() if key != b"d008"])
+    cache.dirs[b"d007"] = _record(b"NEW", [b"g"])
+    cache.dirs[b"added"] = _record(b"ADD", [b"h"])
+    write_stat_cache(path, cache)
+    assert os.stat(path).st_mtime_ns == base.st_mtime_ns  # the base is not written again
+    assert os.path.getsize(delta) < base.st_size // 8
+
+    again = read_stat_cache(path, gc_generation=2)
+    assert not again.needs_verification  # the delta's generation
+    assert _records(again) == _records(cache)
+    assert b"d008" not in again.dirs and again.dirs[b"d007"].tree == b"NEW"
+
+    # The delta is cumulative: a later save still has every change since the base.
+    again.dirs[b"d009"] = _record(b"NINE", [b"i"])
+    write_stat_cache(path, again)
+    third = read_stat_cache(path, gc_generation=2)
+    assert _records(third) == _records(again) and third.dirs[b"d007"].tree == b"NEW"
+
+    # Changes past an eighth of the base: the base is written whole, the delta removed.
+    for key in [k for k in third.dirs.keys() if k.startswith(b"d")][:60]:
+        third.dirs[key] = _record(b"X", [b"x%d" % j for j in range(20)])
+    write_stat_cache(path, third)
+    assert Path(path).read_bytes() != base_bytes and not os.path.exists(delta)
+    assert _records(read_stat_cache(path, gc_generation=2)) == _records(third)
+
+
+def test_a_delta_of_another_base_or_damaged_is_ignored(tmp_path: Path) -> None:
+    """The base alone is then read: an older cache, which costs only speed."""
+    path = str(tmp_path / "statcache")
+    write_stat_cache(path, StatCache(DirTable(records={b"a": _record(b"T1", [b"f"])})))
+    cache = read_stat_cache(path, gc_generation=0)
+    cache.dirs[b"a"] = _record(b"T2", [b"g"])
+    write_stat_cache(path, cache)
+    with open(path + ".delta", "rb") as stream:
+        delta = stream.read()
+    assert read_stat_cache(path, gc_generation=0).dirs[b"a"].tree == b"T2"
+    assert check_stat_cache(path) is None
+
+    damaged = bytearray(delta)
+    damaged[len(damaged) // 2] ^= 0x10
+    with open(path + ".delta", "wb") as out:
+        out.write(damaged)
+    assert read_stat_cache(path, gc_generation=0).dirs[b"a"].tree == b"T1"
+    assert check_stat_cache(path) is not None  # fsck names it
+
+    write_stat_cache(path, StatCache(DirTable(records={b"a": _record(b"T3", [b"h"])})))
+    with open(path + ".delta", "wb") as out:  # a delta made against the base before
+        out.write(delta)
+    assert read_stat_cache(path, gc_generation=0).dirs[b"a"].tree == b"T3"
+    assert check_stat_cache(path) is None  # stale, not damaged
 
 
 # -- ignore rules without pathspec ---------------------------------------------------------------

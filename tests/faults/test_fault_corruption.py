@@ -195,17 +195,26 @@ def test_damaged_catalog_file_is_exit_5_naming_it(scene: Scene) -> None:
     h.tally("corruption", injected=1, passed=1)
 
 
-def test_damaged_stat_cache_costs_only_speed(scene: Scene) -> None:
-    """Seeded single-byte flips anywhere in the stat cache (and truncations): every next
-    checkpoint is exactly the tree; the cache is rebuilt (the one after reads nothing)."""
-    rng = random.Random(h.seed_for("statcache"))
+@pytest.mark.parametrize("damaged", ["statcache", "statcache.delta"])
+def test_damaged_stat_cache_costs_only_speed(scene: Scene, damaged: str) -> None:
+    """Seeded single-byte flips anywhere in the stat cache, its base or its delta (and
+    truncations): every next checkpoint is exactly the tree; the cache is rebuilt (the one
+    after reads nothing)."""
+    rng = random.Random(h.seed_for(damaged))
     root = scene.root
     for path in h.walk_files(root):
         os.utime(path, (h.PAST, h.PAST), follow_symlinks=False)
     with Checkpoints.open(root) as cp:
         truth = cp.create().tree
+        if damaged == "statcache.delta":  # a change saved as a delta against that base
+            edited = sorted(h.walk_files(root))[0]
+            with open(edited, "ab") as out:
+                out.write(b"edited")
+            os.utime(edited, (h.PAST + 1, h.PAST + 1), follow_symlinks=False)
+            truth = cp.create().tree
         assert cp.create().stats.hashed == 0
-    cache = os.path.join(h.root_dir(scene.store, root), "statcache")
+    cache = os.path.join(h.root_dir(scene.store, root), damaged)
+    assert os.path.exists(cache)
     with open(cache, "rb") as stream:
         pristine = stream.read()
     cases = [("flip", rng.randrange(len(pristine))) for _ in range(STATCACHE_FLIPS)]
@@ -232,7 +241,7 @@ def test_damaged_stat_cache_costs_only_speed(scene: Scene) -> None:
             assert again.tree == truth and again.stats.hashed == 0, "cache not rebuilt"
     assert not wrong, f"a damaged stat cache produced a wrong checkpoint: {wrong[:10]}"
     h.fsck_clean(root)
-    h.tally("corruption: stat cache", injected=len(cases), passed=len(cases))
+    h.tally(f"corruption: {damaged}", injected=len(cases), passed=len(cases))
 
 
 def test_fsck_lists_a_damaged_stat_cache_as_harmless(scene: Scene) -> None:
