@@ -272,7 +272,7 @@ def pack_data(value: Any) -> bytes:
     return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
 
 
-def unpack_data(data: bytes, *, what: str = "data") -> Any:
+def unpack_data(data: bytes | memoryview, *, what: str = "data") -> Any:
     try:
         return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
     except Exception as exc:  # msgpack raises a zoo of types for bad input
