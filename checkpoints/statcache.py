@@ -488,19 +488,30 @@ def write_stat_cache(path: str, cache: StatCache) -> None:
     wire = cache.dirs.to_wire()
     base = cache.base
     if base is not None:
+        limit = max(DELTA_MIN_BYTES, base.size // DELTA_SHARE)
         changed = {key: value for key, value in wire.items() if base.wire.get(key) is not value}
-        removed = [key for key in base.wire if key not in wire]
-        delta = pack_data((CACHE_VERSION, base.digest, cache.gc_generation, cache.settings,
-                           changed, removed, translations))
-        if len(delta) <= max(DELTA_MIN_BYTES, base.size // DELTA_SHARE):
-            _replace(_delta_path(path), delta + hash_bytes(delta))
-            return
+        # The records' bytes, known before packing: a delta sure to be too big is not packed.
+        if sum(_wire_size(value) for value in changed.values()) <= limit:
+            removed = [key for key in base.wire if key not in wire]
+            delta = pack_data((CACHE_VERSION, base.digest, cache.gc_generation, cache.settings,
+                               changed, removed, translations))
+            if len(delta) <= limit:
+                _replace(_delta_path(path), delta + hash_bytes(delta))
+                return
     data = pack_data((CACHE_VERSION, cache.gc_generation, cache.settings, wire, translations))
     data += hash_bytes(data)
     _replace(path, data)
     with contextlib.suppress(FileNotFoundError):  # stale now whatever happens: its base is gone
         os.unlink(_delta_path(path))
     cache.base = CacheBase(data[-OID_SIZE:], wire, len(data))
+
+
+def _wire_size(wire: Wire) -> int:
+    """About the bytes a record takes packed: its listing and packed rest."""
+    try:
+        return len(wire[0]) + len(wire[4])
+    except (TypeError, IndexError):  # checksummed, so not expected: too big to guess
+        return 1 << 62
 
 
 def _replace(path: str, data: bytes) -> None:
