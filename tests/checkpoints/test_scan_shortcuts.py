@@ -499,6 +499,21 @@ def _apply(work: Any, op: tuple[str, str, str | None, bytes | None]) -> None:
         work.remove(directory)
 
 
+def _property_workspace(base: Path, worktree_at: Any, python_listings: bool,
+                        monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Any]:
+    """Every name of _NAMES in every directory of _DIRS; with `python_listings`, the native
+    listing functions are replaced by their Python twins for the test."""
+    work = worktree_at(base / "ws")
+    for directory in _DIRS:
+        for name in _NAMES:
+            work.write(f"{directory}/{name}" if directory else name, name.encode())
+    if python_listings:
+        for native in ("_native_scan_dirs", "_native_walk_dirs", "_native_listing_changes",
+                       "_native_patch_listing"):
+            monkeypatch.setattr(dirlisting, native, None)
+    return base, work
+
+
 @settings(max_examples=300 if os.environ.get("CKPT_SOAK") == "1" else 15, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=st.lists(st.tuples(st.lists(_OPS, min_size=1, max_size=4), st.booleans()),
@@ -510,13 +525,8 @@ def test_a_scan_with_shortcuts_equals_a_scan_without_a_cache(
         python_listings: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each step's scan comes either after a pause (listings settle) or right after the edits
     (racy files: their directories' listings are kept aside, and read through next time)."""
-    base = tmp_path_factory.mktemp("prop")
-    work = worktree_at(base / "ws")
-    for directory in _DIRS:
-        for name in _NAMES:
-            work.write(f"{directory}/{name}" if directory else name, name.encode())
-    if python_listings:
-        _use_python_listings(monkeypatch)
+    base, work = _property_workspace(tmp_path_factory.mktemp("prop"), worktree_at,
+                                     python_listings, monkeypatch)
     with closing(ObjectStore.init(str(base / "store"))) as store:
         _settle()
         _, cache = _scan(work.root, store, StatCache())
@@ -535,12 +545,6 @@ def test_a_scan_with_shortcuts_equals_a_scan_without_a_cache(
     monkeypatch.undo()
 
 
-def _use_python_listings(monkeypatch: pytest.MonkeyPatch) -> None:
-    for native in ("_native_scan_dirs", "_native_walk_dirs", "_native_listing_changes",
-                   "_native_patch_listing"):
-        monkeypatch.setattr(dirlisting, native, None)
-
-
 @settings(max_examples=300 if os.environ.get("CKPT_SOAK") == "1" else 20, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(turn=st.lists(_OPS, min_size=1, max_size=5), after=st.lists(_OPS, max_size=3),
@@ -553,13 +557,8 @@ def test_the_checkpoint_after_a_restore_equals_a_scan_without_a_cache(
     """What a restore teaches the stat cache (rows, listings, tree ids) never hides a change:
     a turn, a restore (right after it, or once it settled), maybe edits right after the
     restore, then a checkpoint, which must be what a scan without a cache sees."""
-    base = tmp_path_factory.mktemp("restore-prop")
-    work = worktree_at(base / "ws")
-    for directory in _DIRS:
-        for name in _NAMES:
-            work.write(f"{directory}/{name}" if directory else name, name.encode())
-    if python_listings:
-        _use_python_listings(monkeypatch)
+    base, work = _property_workspace(tmp_path_factory.mktemp("restore-prop"), worktree_at,
+                                     python_listings, monkeypatch)
     _settle()
     with Checkpoints.init(os.fsdecode(work.root), str(base / "store")) as cp:
         first = cp.create()
