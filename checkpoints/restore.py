@@ -40,6 +40,8 @@ ProgressFn = Callable[[str, int, int], None]
 # comparing mtimes still see a restored file as newer than anything built before the restore.
 RESTORED_AGE_NS = RACY_WINDOW_NS + 10_000_000
 ConflictFn = Callable[[RelPath, str], None]
+# Directory descriptors an apply keeps open at most (see _Dirs).
+MAX_OPEN_DIRS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,17 +75,25 @@ def _umask() -> int:
 
 
 class _Dirs:
-    """Directory descriptors under the root, opened without following symlinks."""
+    """Directory descriptors under the root, opened without following symlinks.
+
+    At most `MAX_OPEN_DIRS` stay open (least recently used closed first), so a restore that
+    goes through more directories than the process may hold descriptors (1,024 by default on
+    many systems; the Linux source has ~5,000 directories) does not fail with EMFILE. The
+    plan's paths are sorted, so a directory is seldom opened twice. A descriptor is only ever
+    closed once its caller is done with it: `open` evicts after the new one is opened."""
 
     def __init__(self, root: bytes, report: ApplyReport) -> None:
         self.root_fd = os.open(root, _DIR_FLAGS)
-        self.fds: dict[RelPath, int] = {}
+        self.fds: dict[RelPath, int] = {}  # in order of last use
+        self.closed: dict[RelPath, os.stat_result] = {}  # the stat of each evicted one
         self.report = report
 
     def stat_all(self) -> dict[bytes, os.stat_result]:
-        """The stat of every directory open here; one that cannot be had is left out (it only
-        tells the stat cache what the next scan will see)."""
-        stats: dict[bytes, os.stat_result] = {}
+        """The stat of every directory the apply went through; one that cannot be had is left
+        out (it only tells the stat cache what the next scan will see). An evicted directory's
+        is the one it had when closed: only a descriptor of it could have changed it since."""
+        stats: dict[bytes, os.stat_result] = dict(self.closed)
         for path, fd in [(b"", self.root_fd), *self.fds.items()]:
             with contextlib.suppress(OSError):
                 stats[path] = os.fstat(fd)
@@ -99,12 +109,15 @@ class _Dirs:
         prefix = path + b"/"
         for key in [k for k in self.fds if k == path or k.startswith(prefix)]:
             os.close(self.fds.pop(key))
+        for key in [k for k in self.closed if k == path or k.startswith(prefix)]:
+            del self.closed[key]
 
     def open(self, path: RelPath | None, *, create: bool) -> int:
         if path is None:
             return self.root_fd
-        fd = self.fds.get(path)
+        fd = self.fds.pop(path, None)
         if fd is not None:
+            self.fds[path] = fd  # now the most recently used
             return fd
         parent_fd = self.open(parent_rel(path), create=create)
         name = path.rsplit(b"/", 1)[-1]
@@ -117,6 +130,13 @@ class _Dirs:
             self.report.dirs_created += 1
             fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
         self.fds[path] = fd
+        self.closed.pop(path, None)
+        while len(self.fds) > MAX_OPEN_DIRS:
+            oldest = next(iter(self.fds))
+            old_fd = self.fds.pop(oldest)
+            with contextlib.suppress(OSError):
+                self.closed[oldest] = os.fstat(old_fd)
+            os.close(old_fd)
         return fd
 
 

@@ -536,3 +536,35 @@ def test_a_restore_with_nothing_to_do_journals_and_stages_nothing(
     service.restore(record.id)
     with open(os.path.join(root, "d0", "f0"), "rb") as restored:
         assert len(journaled) == 1 and restored.read() == b"0"
+
+
+def test_a_restore_through_more_directories_than_open_files_allowed_completes(
+        root: str, service: Checkpoints) -> None:
+    """800 directories to recreate under a descriptor limit far below that: the apply keeps
+    at most MAX_OPEN_DIRS open (it held one per directory, and failed with EMFILE past ~1,000
+    on a default `ulimit -n`), and what it tells the stat cache still holds."""
+    import resource
+
+    from checkpoints.restore import MAX_OPEN_DIRS
+
+    for index in range(400):
+        h.write_file(root, f"d{index:03}/sub/f.txt", b"%d" % index)
+    time.sleep(2 * RACY_WINDOW_NS / 1e9)
+    record = service.create()
+    for index in range(400):
+        shutil.rmtree(os.path.join(root, f"d{index:03}"))
+    service.create()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 64
+    resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + MAX_OPEN_DIRS + 64, hard))
+    try:
+        report = service.restore(record.id)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert (report.written, report.dirs_created, report.conflicts) == (400, 800, ())
+    assert h.tree_state(root) == {**{f"d{i:03}": ("dir",) for i in range(400)},
+                                  **{f"d{i:03}/sub": ("dir",) for i in range(400)},
+                                  **{f"d{i:03}/sub/f.txt": ("file", b"%d" % i, False)
+                                     for i in range(400)}}
+    after = service.create()
+    assert after.tree == record.tree and after.stats.hashed == 0
