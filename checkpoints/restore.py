@@ -86,7 +86,7 @@ class _Dirs:
     def __init__(self, root: bytes, report: ApplyReport) -> None:
         self.root_fd = os.open(root, _DIR_FLAGS)
         self.fds: dict[RelPath, int] = {}  # in order of last use
-        self.closed: dict[RelPath, os.stat_result] = {}  # the stat of each evicted one
+        self.closed: dict[bytes, os.stat_result] = {}  # the stat of each evicted one
         self.report = report
 
     def stat_all(self) -> dict[bytes, os.stat_result]:
