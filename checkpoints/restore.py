@@ -109,8 +109,8 @@ class _Dirs:
         prefix = path + b"/"
         for key in [k for k in self.fds if k == path or k.startswith(prefix)]:
             os.close(self.fds.pop(key))
-        for key in [k for k in self.closed if k == path or k.startswith(prefix)]:
-            del self.closed[key]
+        for gone in [k for k in self.closed if k == path or k.startswith(prefix)]:
+            del self.closed[gone]
 
     def open(self, path: RelPath | None, *, create: bool) -> int:
         if path is None:
