@@ -24,7 +24,6 @@ import bisect
 import os
 import stat as statmod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -298,11 +297,9 @@ class _Scanner:
         for name in racy:
             if name not in look and name not in gone_names:
                 try:
-                    st = os.lstat(base + name)
+                    look[name] = _listed(name, os.lstat(base + name))
                 except OSError:
                     return False
-                look[name] = ListedEntry(name, st.st_mode, st.st_size, st.st_mtime_ns,
-                                         st.st_ctime_ns, st.st_ino)
         if any(name in look or name in gone_names for name in _IGNORE_FILES):
             return False
         prefix = node.key + b"/" if node.key else b""
@@ -779,15 +776,14 @@ def record_restore(cache: StatCache, load: Callable[[ObjectId], Tree], target: O
     unchanged without Python, as after a snapshot."""
     listings = _restored_listings(cache, written, removed, dir_stats)
     cleared = record_restored(cache, written, removed, now_ns)
-    settled: set[bytes] = set()
-    for key, (listing, racy) in listings.items():
-        record = cache.dirs.get(key)
-        if key not in cleared or record is None:
-            continue  # no entry of it changed: its record stands as it was
-        record.listing, record.recheck = b"", [listing, racy]
-        if not racy:
-            settled.add(key)
-    adopt_restored_trees(cache, load, target, cleared, settled)
+    aside = [key for key in listings if key in cleared]  # the others' records stand as they were
+    for key in aside:
+        cache.dirs[key].listing, cache.dirs[key].recheck = b"", list(listings[key])
+    adopt_restored_trees(cache, load, target, cleared)
+    for key in aside:
+        record = cache.dirs[key]
+        if record.tree and record.recheck is not None and not record.recheck[1]:
+            record.listing, record.recheck = record.recheck[0], None  # adopted, nothing racy
 
 
 def _restored_listings(cache: StatCache, written: Sequence[tuple[bytes, int, StatLike, bytes]],
@@ -828,7 +824,7 @@ def _restored_listings(cache: StatCache, written: Sequence[tuple[bytes, int, Sta
         rows = record.rows
         left_out = {_bare(name) for name in record.ignored}
         if any(name in _IGNORE_FILES or name in left_out
-               or (_kind_of(rows, name) == _TREE) != (entry is not None and statmod.S_ISDIR(entry.st_mode))
+               or (_kind_of(rows, name) == _TREE) != _is_dir(entry)
                for name, entry in here.items()):
             continue
         try:
@@ -844,19 +840,22 @@ def _kind_of(rows: list[Row], name: bytes) -> int | None:
     return rows[at][KIND] if at < len(rows) and rows[at][NAME] == name else None
 
 
+def _is_dir(entry: ListedEntry | None) -> bool:
+    return entry is not None and statmod.S_ISDIR(entry.st_mode)
+
+
 def _listed(name: bytes, st: StatLike) -> ListedEntry:
     return ListedEntry(name, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 def adopt_restored_trees(cache: StatCache, load: Callable[[ObjectId], Tree], target: ObjectId,
-                         cleared: Iterable[bytes], settled: AbstractSet[bytes] = frozenset()) -> None:
+                         cleared: Iterable[bytes]) -> None:
     """After a restore to `target`: give each directory whose tree id `record_restored` took
     away (the keys it returned, `cleared`) the target's tree id there when its rows now name
     exactly the target's entries, so that the next scan keeps that id instead of building the
     tree again. Deepest first, so that a directory's subdirectories have their ids when it is
     compared. Rows are only trusted as the scan trusts them: the next scan still compares
-    every directory with its listing. A directory of `settled` that gets its id back trusts
-    the listing kept aside for it (see `record_restore`)."""
+    every directory with its listing."""
     for key in sorted(cleared, key=_key_depth, reverse=True):
         record = cache.dirs.get(key)
         tree_id = _subtree_id(load, target, key)
@@ -897,8 +896,6 @@ def adopt_restored_trees(cache: StatCache, load: Callable[[ObjectId], Tree], tar
             kept.append(row)
         else:
             record.adopt(tree_id, size, files, leaves, kept, subdirs)
-            if key in settled and record.recheck is not None:
-                record.listing, record.recheck = record.recheck[0], None
 
 
 def _subtree_id(load: Callable[[ObjectId], Tree], tree: ObjectId, key: bytes) -> ObjectId | None:

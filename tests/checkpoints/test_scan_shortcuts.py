@@ -29,7 +29,7 @@ from checkpoints import dirlisting
 from checkpoints.config import set_config_value
 from checkpoints.errors import PathNotInCheckpoint, RestoreIncomplete
 from checkpoints.ignore import IgnoreRules
-from checkpoints.scan import ScanOptions, _restored_listings, scan_workspace
+from checkpoints.scan import ScanOptions, _restored_listings, record_restore, scan_workspace
 from checkpoints.service import Checkpoints
 from checkpoints.statcache import (
     NAME,
@@ -45,7 +45,7 @@ from checkpoints.statcache import (
     record_restored,
     write_stat_cache,
 )
-from objstore import ObjectStore
+from objstore import EntryKind, ObjectId, ObjectStore, Tree, TreeEntry, make_entry
 
 SETTLE = 2 * RACY_WINDOW_NS / 1e9  # seconds: edits before this are outside the racy window
 
@@ -161,6 +161,9 @@ def test_listing_changes_are_the_entries_that_differ(
         assert dirlisting._native_listing_changes(old_listing, new_listing) == expected
 
 
+_TWO_ENTRIES = _listing({b"a": (0o100644, 1, 2, 3, 4), b"bb": (0o40755, 0, 2, 3, 5)})
+
+
 @settings(max_examples=300 if os.environ.get("CKPT_SOAK") == "1" else 60, deadline=None)
 @given(old=st.dictionaries(st.binary(min_size=1, max_size=4), _ENTRY, max_size=12),
        changes=st.dictionaries(st.binary(min_size=1, max_size=4), st.none() | _ENTRY,
@@ -194,7 +197,7 @@ def test_a_patched_listing_is_the_listing_with_those_changes(
 def test_a_malformed_listing_or_change_cannot_be_patched(patch: Any) -> None:
     if patch is None:
         pytest.skip("the native scanner is not built")
-    good = _listing({b"a": (0o100644, 1, 2, 3, 4), b"bb": (0o40755, 0, 2, 3, 5)})
+    good = _TWO_ENTRIES
     entry = dirlisting.encode_entry(dirlisting.ListedEntry(b"b", 0o100644, 1, 2, 3, 6))
     assert patch(good, [(b"b", entry)]) == _listing({
         b"a": (0o100644, 1, 2, 3, 4), b"b": (0o100644, 1, 2, 3, 6), b"bb": (0o40755, 0, 2, 3, 5)})
@@ -212,7 +215,7 @@ def test_a_malformed_listing_or_change_cannot_be_patched(patch: Any) -> None:
 def test_a_malformed_listing_cannot_be_compared(changes: Any) -> None:
     if changes is None:
         pytest.skip("the native scanner is not built")
-    good = _listing({b"a": (0o100644, 1, 2, 3, 4), b"bb": (0o40755, 0, 2, 3, 5)})
+    good = _TWO_ENTRIES
     for bad in (good[:-1], good[:10], good + b"\x01", good[:40] + b"\xff\xff" + good[42:]):
         with pytest.raises(ValueError):
             changes(good, bad)
@@ -635,7 +638,7 @@ def test_the_listings_a_restore_knows_are_what_its_directories_then_list(tmp_pat
         below.recheck = [listing(root / "s"), [b"r"]]
         return StatCache(DirTable(records={b"": top, b"s": below}))
 
-    cache = cache_now()
+    cache, adopted, not_adopted = cache_now(), cache_now(), cache_now()
 
     def put(rel: str, data: bytes) -> tuple[bytes, int, os.stat_result, bytes]:
         staged = tmp_path / "staged"
@@ -648,6 +651,28 @@ def test_the_listings_a_restore_knows_are_what_its_directories_then_list(tmp_pat
     dir_stats = {b"": os.stat(root), b"s": os.stat(root / "s")}
     assert _restored_listings(cache, written, [b"b"], dir_stats) == {
         b"": (listing(root), []), b"s": (listing(root / "s"), [b"r"])}
+
+    # Through `record_restore`: a directory whose tree id is adopted trusts its new listing
+    # when nothing racy is left in it; with a racy name, or without the id, it is kept aside.
+    def files(*names: bytes) -> list[TreeEntry]:
+        return [make_entry(name, EntryKind.FILE, ObjectId((b"o" if name in (b"c", b"r")
+                                                            else b"n") * 32), None, 1)
+                for name in names]
+
+    below = Tree(tuple(files(b"q", b"r")))
+    whole = Tree((*files(b"a", b"c", b"d"), make_entry(b"s", EntryKind.TREE, ObjectId(b"S" * 32),
+                                                        None, 2)))
+    trees = {ObjectId(b"S" * 32): below, ObjectId(b"R" * 32): whole,
+             ObjectId(b"X" * 32): Tree((*files(b"a", b"d"), whole.entries[-1]))}
+    record_restore(adopted, trees.__getitem__, ObjectId(b"R" * 32), written, [b"b"], dir_stats,
+                   time.time_ns())
+    top, sub = adopted.dirs[b""], adopted.dirs[b"s"]
+    assert (top.tree, top.listing, top.recheck) == (b"R" * 32, listing(root), None)
+    assert (sub.tree, sub.listing, sub.recheck) == (b"S" * 32, b"", [listing(root / "s"), [b"r"]])
+    record_restore(not_adopted, trees.__getitem__, ObjectId(b"X" * 32), written, [b"b"],
+                   dir_stats, time.time_ns())  # a target without "c": the root is not its tree
+    top = not_adopted.dirs[b""]
+    assert (top.tree, top.listing, top.recheck) == (b"", b"", [listing(root), []])
 
     cache = cache_now()  # listings of before the following changes: none can be known
     (root / "s" / "new").mkdir()
