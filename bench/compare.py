@@ -7,9 +7,10 @@ no-change snapshot, snapshot after a seeded agent turn, restore to the first sna
 no-op restore. ``ckpt`` and ``git`` run every step as whole processes; ``ckpt-api`` is ckpt's
 Python API in one long-lived worker (``bench/inprocess.py``) that opens the store once and times
 each call inside itself, as a harness would see it. Tools alternate within a round so none
-always runs on a warmer machine. Every restore is checked against a content manifest of the
-original tree: a fast but wrong restore aborts the run. Each ckpt variant gets paired per-round
-ratios against git.
+always runs on a warmer machine, and no copy is deleted before the run ends while the disk
+has room (deleting one slows the file creations of the rounds after it). Every restore is
+checked against a content manifest of the original tree: a fast but wrong restore aborts
+the run. Each ckpt variant gets paired per-round ratios against git.
 
 ``--install venv`` (the default) measures ckpt as users install it: before the rounds, outside
 every measurement, the checkout is pip-installed (non-editable, C extension built) into a fresh
@@ -580,6 +581,30 @@ def run_tool_round(tool_name: str, corpus: Corpus, baseline: Manifest, files: li
             shutil.rmtree(scratch, ignore_errors=True)
 
 
+# Room kept free beyond the largest round seen, when deciding whether the next round fits.
+ROOM_MARGIN_BYTES = 512 << 20
+
+
+def copies_to_delete(kept: Sequence[tuple[Path, int]], free_bytes: int,
+                     need_bytes: int) -> list[Path]:
+    """The oldest kept round directories (``(path, allocated bytes)``, oldest first) to delete so
+    that ``need_bytes`` are free; none while they fit.
+
+    Rounds are kept to the end of the run because deleting one is not free for the next: on
+    the ext4 of these machines (kernel 6.18) each inode freed by deleting a copy is skipped,
+    one by one, by every file created in the following seconds to minutes (``recently_deleted``
+    in the inode allocator, seen with ``perf``): creating a file cost ~1.2 ms instead of
+    ~40 us, so the next tool's restore paid ~30 ms for the harness's own cleanup.
+    """
+    doomed: list[Path] = []
+    for path, size in kept:
+        if free_bytes >= need_bytes:
+            break
+        doomed.append(path)
+        free_bytes += size
+    return doomed
+
+
 def ordered(tools: Sequence[str]) -> list[str]:
     """The tools in table order (TOOLS'), whatever order --tools named them in."""
     return [t for t in TOOLS if t in tools]
@@ -719,7 +744,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1, help="seed of round 0's turn (round i: +i)")
     ap.add_argument("--json", type=Path, help="write the full report with raw numbers here")
     ap.add_argument("--scratch", type=Path, help="where copies go (default: a temp dir)")
-    ap.add_argument("--keep", action="store_true", help="keep scratch copies and stores")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep scratch copies and stores after the run (during it, they are "
+                         "kept while the disk has room: see copies_to_delete)")
     ap.add_argument("--install", choices=("venv", "current"), default="venv",
                     help="the ckpt to measure: venv (default) pip-installs this checkout "
                          "(non-editable) into a fresh venv in the scratch dir, as users install "
@@ -737,6 +764,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"corpus {corpus.name} at {corpus.path}; scratch {scratch_root}", file=sys.stderr)
     runs: list[dict[str, Any]] = []
     install: Install | None = None
+    deleted_between_rounds = 0
     try:
         if any(t != "git" for t in tools):
             # Once, outside every measurement, and before the corpus is read: with ``current``
@@ -751,14 +779,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         files = [f for f in captured if not (corpus.path / f).is_symlink()]
         baseline = read_manifest(corpus.path)
         git_version, ckpt_version = tool_versions()
+        kept: list[tuple[Path, int]] = []  # round directories, oldest first (see copies_to_delete)
         for i in range(args.rounds):
             order = tools if i % 2 == 0 else tools[::-1]  # alternate who goes first
             for t in order:
+                need = max((size for _, size in kept), default=0) + ROOM_MARGIN_BYTES
+                doomed = copies_to_delete(kept, shutil.disk_usage(scratch_root).free, need)
+                if doomed:
+                    print(f"  short of disk: deleting {len(doomed)} earlier round copies; the "
+                          "next round may pay for it in file creations", file=sys.stderr)
+                    for path in doomed:
+                        shutil.rmtree(path, ignore_errors=True)
+                    kept = kept[len(doomed):]
+                    deleted_between_rounds += len(doomed)
                 print(f"round {i} {t} ...", file=sys.stderr, flush=True)
-                run = run_tool_round(t, corpus, baseline, files, args.seed + i,
-                                     scratch_root / f"r{i}-{t}", install=install,
-                                     keep=args.keep)
+                scratch = scratch_root / f"r{i}-{t}"
+                run = run_tool_round(t, corpus, baseline, files, args.seed + i, scratch,
+                                     install=install, keep=True)
                 runs.append({"round": i, "position": order.index(t), **run})
+                kept.append((scratch, measure_tree(scratch).allocated_bytes))
     except BenchFailure as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 2
@@ -779,6 +818,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rss_floor_kib": run_measured([["true"]], cwd=Path.cwd(), env=dict(os.environ)
                                       ).max_rss_kib,
         "rounds": args.rounds, "tools": tools, "seed": args.seed, "runs": runs,
+        "copies_deleted_between_rounds": deleted_between_rounds,
         "summary": summarize(runs, tools)}
     print(render_table(report))
     if args.json:

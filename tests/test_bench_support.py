@@ -24,6 +24,7 @@ from bench.compare import (
     CkptApi,
     CkptCli,
     GitShadow,
+    copies_to_delete,
     main,
     render_table,
     run_measured,
@@ -312,7 +313,19 @@ def test_compare_runs_the_api_in_process_beside_git(tree: Path, tmp_path: Path,
     assert peaks == sorted(peaks)
     table = capsys.readouterr().out
     assert "ckpt-api/git" in table and "cumulative" in table
+    assert report["copies_deleted_between_rounds"] == 0
     assert list(scratch.iterdir()) == []  # worker gone, scratch removed
+
+
+def test_round_copies_are_deleted_oldest_first_and_only_when_short_of_disk() -> None:
+    kept = [(Path("r0-git"), 300), (Path("r0-ckpt"), 200), (Path("r1-ckpt"), 250)]
+    assert copies_to_delete(kept, free_bytes=1000, need_bytes=1000) == []
+    assert copies_to_delete(kept, free_bytes=900, need_bytes=1000) == [Path("r0-git")]
+    assert copies_to_delete(kept, free_bytes=600, need_bytes=1100) == [Path("r0-git"),
+                                                                        Path("r0-ckpt")]
+    # Never more than there is: the round then runs on what is free, as before.
+    assert copies_to_delete(kept, free_bytes=0, need_bytes=10_000) == [p for p, _ in kept]
+    assert copies_to_delete([], free_bytes=0, need_bytes=1) == []
 
 
 @needs_git
