@@ -1,7 +1,10 @@
 """The catalog: checkpoint records, tracked paths and events in one SQLite database (WAL).
 
-Owns the schema (versioned by `PRAGMA user_version`, created on first open, a newer version
-refused), the row <-> record mapping and the queries. Several processes share one catalog:
+Owns the schema (versioned by `PRAGMA user_version`, created on first open, an older one
+upgraded in place, a newer one refused), the row <-> record mapping and the queries. Besides
+records, tracked paths and events it holds the journal of each root's restore in progress
+(an opaque blob here; journal.py encodes it), written with the pre-restore record and cleared
+with the restore's event, each in one transaction. Several processes share one catalog:
 WAL lets readers run beside the single writer, every write is one `BEGIN IMMEDIATE`
 transaction (so a writer waits for the lock up to `busy_timeout` instead of failing on a stale
 snapshot), and a commit is atomic, so a process killed at any point leaves each record either
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
     from checkpoints.paths import RelPath
     from objstore.ids import ObjectId
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: + restores (the journal of restores in progress; was a file per root)
 APPLICATION_ID = 0x636B7074  # "ckpt": marks the file as ours (`PRAGMA application_id`)
 DEFAULT_BUSY_TIMEOUT = 10.0
 MAX_CANDIDATES = 10
@@ -88,6 +91,10 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_time ON events (at_us);
 CREATE INDEX IF NOT EXISTS events_session ON events (session, at_us);
 CREATE INDEX IF NOT EXISTS events_type ON events (type, at_us);
+CREATE TABLE IF NOT EXISTS restores (
+    root BLOB PRIMARY KEY NOT NULL,         -- os.fsencode(root): one restore at a time per root
+    intent BLOB NOT NULL                    -- journal.encode_intent
+) WITHOUT ROWID;
 """
 
 _COLUMNS = ("id, session, created_us, label, reason, turn_id, message_id, tool_call_id, "
@@ -234,7 +241,9 @@ class Catalog:
         if self._check_version() == SCHEMA_VERSION:
             return
         with self._write():
-            if self._check_version() == 0:  # re-checked under the write lock: one creator
+            # Re-checked under the write lock: one creator, one upgrader. Every statement is
+            # IF NOT EXISTS, so creating and upgrading (adding what a version lacks) are one.
+            if self._check_version() < SCHEMA_VERSION:
                 # Statement by statement: executescript() would COMMIT our transaction.
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
@@ -323,8 +332,11 @@ class Catalog:
 
     # -- records --------------------------------------------------------------------------
 
-    def add_checkpoint(self, record: CheckpointRecord, *, event: Event | None = None) -> None:
-        """Insert `record` (and `event`) in one transaction, durable when this returns."""
+    def add_checkpoint(self, record: CheckpointRecord, *, event: Event | None = None,
+                       journal: bytes | None = None) -> None:
+        """Insert `record` (and `event`; and `journal`, the intent of the restore that
+        `record` is the pre-restore save of, for `record.root`) in one transaction, durable
+        when this returns."""
         row = _record_row(record)
         with self._guard(), self._write() as conn:
             try:
@@ -333,6 +345,8 @@ class Catalog:
                 raise CheckpointError(f"checkpoint id already exists: {record.id}") from None
             if event is not None:
                 self._insert_event(conn, event)
+            if journal is not None:
+                self._set_journal(conn, os.fsencode(record.root), journal)
 
     def resolve(self, ref: str) -> CheckpointRecord:
         """The record with id `ref`, else the one whose id starts with `ref`.
@@ -426,6 +440,39 @@ class Catalog:
             conn.execute("DELETE FROM tracked WHERE session = ?", (session,))
             conn.executemany("INSERT INTO tracked (session, path) VALUES (?, ?)",
                              ((session, p) for p in sorted(unique)))
+
+    # -- restores in progress -------------------------------------------------------------
+
+    @staticmethod
+    def _set_journal(conn: sqlite3.Connection, root: bytes, intent: bytes) -> None:
+        conn.execute("INSERT OR REPLACE INTO restores (root, intent) VALUES (?, ?)",
+                     (root, intent))
+
+    def journal_restore(self, root: bytes, intent: bytes) -> None:
+        """Record `root`'s restore in progress (replacing any), durable when this returns."""
+        with self._guard(), self._write() as conn:
+            self._set_journal(conn, root, intent)
+
+    def end_restore(self, root: bytes, *, event: Event | None = None) -> None:
+        """Clear `root`'s journal (if any) and add `event`, in one transaction: a restore's
+        event is recorded once, whenever the process dies."""
+        with self._guard(), self._write() as conn:
+            conn.execute("DELETE FROM restores WHERE root = ?", (root,))
+            if event is not None:
+                self._insert_event(conn, event)
+
+    def restore_journal(self, root: bytes) -> bytes | None:
+        """The journal of `root`'s restore in progress, None if there is none."""
+        with self._guard():
+            row = self._conn.execute("SELECT intent FROM restores WHERE root = ?",
+                                     (root,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def restore_journals(self) -> list[tuple[bytes, bytes]]:
+        """(root, journal) of every root with a restore in progress, by root."""
+        with self._guard():
+            rows = self._conn.execute("SELECT root, intent FROM restores ORDER BY root")
+            return [(bytes(root), bytes(intent)) for root, intent in rows]
 
     # -- events ---------------------------------------------------------------------------
 

@@ -1,9 +1,15 @@
 """The restore journal: what a restore in progress must achieve, so a killed one is completed.
 
-A restore writes its intent here (atomically, fsynced) before it touches the workspace and
-clears it after the last change. Completing is re-planning from the current state against the
-journaled target, which is idempotent: whatever was applied before the kill, the next command
-(or `ckpt recover`) ends with exactly the target. One file per workspace root.
+A restore journals its intent before it touches the workspace and clears it after the last
+change. Completing is re-planning from the current state against the journaled target, which
+is idempotent: whatever was applied before the kill, the next command (or `ckpt recover`) ends
+with exactly the target. One intent per workspace root.
+
+The intent lives in the catalog (`Catalog.journal_restore`), committed in the same transaction
+as the pre-restore checkpoint and cleared in the same one as the restore's event: one fsync
+each. This module holds its encoding, and the reading of the file (`roots/<key>/journal`) that
+ckpt before catalog schema 2 wrote instead, so that a restore such a version left half done
+is still completed.
 """
 
 from __future__ import annotations
@@ -37,16 +43,21 @@ class RestoreIntent:
     staging: bytes  # staging directory to clean up
 
 
-def write_intent(path: str, intent: RestoreIntent) -> None:
+def encode_intent(intent: RestoreIntent) -> bytes:
     payload: list[Any] = [
         _VERSION, intent.checkpoint, intent.tree, intent.scope, list(intent.covered),
         list(intent.absent_parents), list(intent.keep),
         None if intent.only is None else list(intent.only),
         intent.pre_restore, intent.record_event, intent.discard_later, intent.staging,
     ]
+    return pack_data(payload)
+
+
+def write_intent(path: str, intent: RestoreIntent) -> None:
+    """Write a journal file as ckpt before catalog schema 2 did (atomically, fsynced)."""
     temp = f"{path}.tmp-{os.urandom(4).hex()}"
     with open(temp, "wb") as out:
-        out.write(pack_data(payload))
+        out.write(encode_intent(intent))
         out.flush()
         os.fsync(out.fileno())
     os.replace(temp, path)
@@ -58,11 +69,18 @@ def write_intent(path: str, intent: RestoreIntent) -> None:
 
 
 def read_intent(path: str) -> RestoreIntent | None:
+    """The intent of a journal file (see the module docstring); None if there is none."""
     try:
         with open(path, "rb") as stream:
             data = stream.read()
     except FileNotFoundError:
         return None
+    return decode_intent(data, path)
+
+
+def decode_intent(data: bytes, where: str, root: bytes | None = None) -> RestoreIntent:
+    """Parse an encoded intent; CatalogCorrupt naming `where` (the file or catalog holding
+    it), and the `root` it is for when given, if it does not parse."""
     try:
         fields = unpack_data(data, what="restore journal")
         (version, checkpoint, tree, scope, covered, absent, keep, only, pre, event, discard,
@@ -83,10 +101,12 @@ def read_intent(path: str) -> RestoreIntent | None:
             staging=bytes(staging),
         )
     except (CorruptObject, ValueError, TypeError) as exc:
-        raise CatalogCorrupt(path, f"restore journal is damaged: {exc}") from None
+        whose = "" if root is None else f" of {os.fsdecode(root)}"
+        raise CatalogCorrupt(where, f"restore journal{whose} is damaged: {exc}") from None
 
 
 def clear_intent(path: str) -> None:
+    """Remove a journal file (see the module docstring), if there is one."""
     try:
         os.unlink(path)
     except FileNotFoundError:

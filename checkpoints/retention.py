@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 
 from checkpoints.model import CheckpointRecord
@@ -39,8 +39,11 @@ def select_prunable(
     return matching
 
 
-def select_over_cap(records: Sequence[CheckpointRecord], cap: int) -> list[CheckpointRecord]:
-    """The oldest records beyond a per-session cap (0 = no cap)."""
+def select_over_cap(records: Sequence[CheckpointRecord], cap: int, *,
+                    spare: Collection[str] = ()) -> list[CheckpointRecord]:
+    """The oldest records beyond a per-session cap (0 = no cap), never one whose id is in
+    `spare` (the target of the restore whose pre-restore save is being added): the next
+    oldest goes in its place."""
     if cap <= 0 or len(records) <= cap:
         return []
-    return list(records[: len(records) - cap])
+    return [r for r in records if r.id not in spare][: len(records) - cap]

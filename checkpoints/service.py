@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from checkpoints.catalog import Catalog
@@ -33,7 +34,13 @@ from checkpoints.errors import (
     UnknownCheckpoint,
     UnsafePath,
 )
-from checkpoints.journal import RestoreIntent, clear_intent, read_intent, write_intent
+from checkpoints.journal import (
+    RestoreIntent,
+    clear_intent,
+    decode_intent,
+    encode_intent,
+    read_intent,
+)
 from checkpoints.lock import RootLock
 from checkpoints.model import CheckpointRecord, CheckpointStats, Event, new_checkpoint_id
 from checkpoints.paths import RelPath, parse_relpath, user_path_to_rel
@@ -246,7 +253,13 @@ class Checkpoints:
 
     @property
     def _journal_path(self) -> str:
+        """Where ckpt before catalog schema 2 journaled this root's restores (journal.py)."""
         return os.path.join(self._root_dir, "journal")
+
+    @property
+    def _root_key(self) -> bytes:
+        """This root in the catalog's restore journals (as in its records)."""
+        return os.fsencode(self.root)
 
     def _rel(self, path: str | bytes) -> RelPath:
         text = os.fsdecode(path)
@@ -337,8 +350,17 @@ class Checkpoints:
                                   message_id=message_id, tool_call_id=tool_call_id,
                                   summary=summary, metadata=dict(metadata or {}))
 
-    def _snapshot(self, covered: Sequence[RelPath] | None, progress: ProgressFn | None, *,
-                  defer_cache_write: bool = False, **fields: Any) -> CheckpointRecord:
+    def _snapshot(self, covered: Sequence[RelPath] | None, progress: ProgressFn | None,
+                  **fields: Any) -> CheckpointRecord:
+        record, event = self._scan_record(covered, progress, **fields)
+        self.catalog.add_checkpoint(record, event=event)
+        self._after_commit(event)
+        return record
+
+    def _scan_record(self, covered: Sequence[RelPath] | None, progress: ProgressFn | None, *,
+                     defer_cache_write: bool = False,
+                     **fields: Any) -> tuple[CheckpointRecord, Event]:
+        """Scan, and make the record of what was seen (its objects durable), not committed."""
         started = time.monotonic()
         created_at = self._clock()
         result = self._scan(covered, progress, defer_cache_write=defer_cache_write)
@@ -360,13 +382,15 @@ class Checkpoints:
             "new_bytes": result.new_bytes,
             "skipped": [{"path": os.fsdecode(s.path), "reason": s.reason} for s in result.skipped],
         })
-        self.catalog.add_checkpoint(record, event=event)
+        return record, event
+
+    def _after_commit(self, event: Event, *, spare: Sequence[str] = ()) -> None:
+        """Tell the listeners, then apply the retention cap (never to the ids in `spare`)."""
         self._emit(event)
         if self.config.retention_cap:
-            over = select_over_cap(self.history(), self.config.retention_cap)
+            over = select_over_cap(self.history(), self.config.retention_cap, spare=spare)
             if over:
                 self._drop([r.id for r in over], reason="retention-cap")
-        return record
 
     # -- queries -------------------------------------------------------------------------
 
@@ -462,20 +486,20 @@ class Checkpoints:
         started = time.monotonic()
         with self._writing("restore"):
             covered = target.paths if target.scope == "paths" else None
-            pre = None
+            pre: tuple[CheckpointRecord, Event] | None = None
             if save and not dry_run:
-                pre = self._snapshot(covered, progress, defer_cache_write=True,
-                                     label=f"before restore to {target.id}",
-                                     reason="pre-restore", turn_id=None, message_id=None,
-                                     tool_call_id=None, summary=None, metadata={})
-                current = pre.tree
+                pre = self._scan_record(covered, progress, defer_cache_write=True,
+                                        label=f"before restore to {target.id}",
+                                        reason="pre-restore", turn_id=None, message_id=None,
+                                        tool_call_id=None, summary=None, metadata={})
+                current = pre[0].tree
             else:
                 current = self._scan(covered, progress, defer_cache_write=True).tree
             intent = RestoreIntent(
                 checkpoint=target.id, tree=target.tree, scope=target.scope,
                 covered=target.paths, absent_parents=target.absent_parents,
                 keep=tuple(s.path for s in target.skipped), only=only,
-                pre_restore=pre.id if pre else None, record_event=record_event,
+                pre_restore=pre[0].id if pre else None, record_event=record_event,
                 discard_later=discard_later, staging=self._staging_dir(),
             )
             plan = self._plan(intent, current)
@@ -483,6 +507,20 @@ class Checkpoints:
                 from checkpoints.restore import ApplyReport  # noqa: PLC0415 (see the imports)
 
                 return self._report(target, plan, ApplyReport(), None, (), True, started)
+            # Nothing to write needs no journal. The journal and the pre-restore save go in one
+            # transaction (one fsync), before anything is staged or applied; the cap must not
+            # evict the very checkpoint being restored to.
+            journal = None if plan.is_empty else encode_intent(intent)
+            if pre is not None:
+                self.catalog.add_checkpoint(pre[0], event=pre[1], journal=journal)
+                try:
+                    self._after_commit(pre[1], spare=(target.id,))
+                except BaseException:  # a listener or the cap failed: the restore is not made
+                    if journal is not None:
+                        self.catalog.end_restore(self._root_key)
+                    raise
+            elif journal is not None:
+                self.catalog.journal_restore(self._root_key, journal)
             return self._execute(intent, target, plan, started, progress)
 
     def _plan(self, intent: RestoreIntent, current: ObjectId) -> RestorePlan:
@@ -528,6 +566,7 @@ class Checkpoints:
                 self._drop(later, reason="discard-later")
             discarded = tuple(later)
         report = self._report(target, plan, applied, intent.pre_restore, discarded, False, started)
+        event = None
         if intent.record_event:
             event = Event("checkpoint:restore", self._clock(), self.session, {
                 "id": target.id, "written": report.written, "deleted": report.deleted,
@@ -536,9 +575,9 @@ class Checkpoints:
                 "pre_restore": report.pre_restore, "discarded": list(discarded),
                 "duration_ms": report.duration_ms, "conflicts": len(report.conflicts),
             })
-            self.catalog.add_event(event)
+        self.catalog.end_restore(self._root_key, event=event)
+        if event is not None:
             self._emit(event)
-        clear_intent(self._journal_path)
         if applied.conflicts:
             error = RestoreIncomplete(target.id, describe_conflicts(applied.conflicts))
             error.report = report  # type: ignore[attr-defined]
@@ -547,10 +586,9 @@ class Checkpoints:
 
     def _apply_journaled(self, intent: RestoreIntent, plan: RestorePlan,
                          progress: ProgressFn | None, *, resuming: bool) -> ApplyReport:
+        """Stage and apply `plan`; the caller has journaled `intent`."""
         from checkpoints.restore import apply_plan, remove_staging, stage_files  # noqa: PLC0415
 
-        with _naming(self._journal_path):
-            write_intent(self._journal_path, intent)
         try:
             with _naming(intent.staging):
                 staged = stage_files(plan, self.objects, intent.staging)
@@ -595,7 +633,10 @@ class Checkpoints:
         """The journal of a killed restore of this root, its staging path checked: completing
         deletes that directory, so a damaged or crafted journal must not name anything else
         than what `_staging_dir` makes (CatalogCorrupt naming the journal)."""
-        intent = read_intent(self._journal_path)
+        data = self.catalog.restore_journal(self._root_key)
+        where = self.catalog.path if data is not None else self._journal_path
+        intent = (decode_intent(data, where, self._root_key) if data is not None
+                  else read_intent(where))
         if intent is None:
             return None
         parent, _, name = intent.staging.rpartition(b"/")
@@ -603,14 +644,17 @@ class Checkpoints:
         ours = (parent == os.fsencode(self._root_dir) and name == b"staging-" + token) or (
             parent == self._root_b and name == b".ckpt-staging-" + token)
         if not (ours and len(token) == 12 and all(c in b"0123456789abcdef" for c in token)):
-            raise CatalogCorrupt(self._journal_path, "restore journal names a staging directory "
-                                 f"ckpt does not make: {os.fsdecode(intent.staging)}")
+            raise CatalogCorrupt(where, f"restore journal of {self.root} names a staging "
+                                 f"directory ckpt does not make: {os.fsdecode(intent.staging)}")
         return intent
 
     def _complete_interrupted_restore(self) -> RestoreReport | None:
         intent = self._pending_intent()
         if intent is None:
             return None
+        if os.path.lexists(self._journal_path):  # an older ckpt's journal file: carried over
+            self.catalog.journal_restore(self._root_key, encode_intent(intent))
+            clear_intent(self._journal_path)
         from checkpoints.restore import remove_staging  # noqa: PLC0415 (see the imports)
 
         remove_staging(intent.staging)
@@ -621,8 +665,8 @@ class Checkpoints:
         covered = intent.covered if intent.scope == "paths" else None
         plan = self._plan(intent, self._scan(covered, None).tree)
         if target is None:  # pruned meanwhile: finish the tree, skip the bookkeeping
-            self._apply_journaled(intent, plan, None, resuming=True)  # rewrites the same journal
-            clear_intent(self._journal_path)
+            self._apply_journaled(intent, plan, None, resuming=True)
+            self.catalog.end_restore(self._root_key)
             return None
         return self._execute(intent, target, plan, time.monotonic(), None, resuming=True)
 
@@ -633,7 +677,7 @@ class Checkpoints:
         the cause is gone; only a store that cannot give the content (retrying could never
         succeed) ends it, rather than jam every command."""
         if not resuming or isinstance(exc, (ObjstoreError, CheckpointError)):
-            clear_intent(self._journal_path)
+            self.catalog.end_restore(self._root_key)
 
     def recover(self) -> RestoreReport | None:
         """Complete a restore that was killed; None when there was nothing to complete."""
@@ -702,7 +746,8 @@ class Checkpoints:
         """Targets of killed restores (any root of this store) not yet completed: live for gc,
         even if their record was pruned meanwhile, or completing them would fail for good.
         A damaged journal raises: gc must not guess what is still needed."""
-        trees = []
+        trees = [decode_intent(data, self.catalog.path, root).tree
+                 for root, data in self.catalog.restore_journals()]
         for path in glob.glob(os.path.join(glob.escape(self.store_dir), "roots", "*", "journal")):
             intent = read_intent(path)
             if intent is not None:
@@ -726,19 +771,34 @@ class Checkpoints:
         return CheckReport(report, damaged, *self._check_root_files())
 
     def _check_root_files(self) -> tuple[tuple[tuple[str, str], ...], ...]:
-        """Damaged per-root files of every root of the store: (restore journals, stat caches).
-        A stat cache is written without fsync (a crash may tear it): damage there is a note."""
+        """Damaged restore journals (in the catalog, or an older ckpt's files) and stat caches
+        of every root of the store: (journals, caches), each as (where, what). A stat cache is
+        written without fsync (a crash may tear it): damage there is a note."""
         found, caches = [], []
+        row_hint = "delete its row from the catalog's restores table to abandon the restore"
+        file_hint = "delete it to abandon the interrupted restore"
+
+        def check(where: str, hint: str, read: Callable[[], object]) -> None:
+            try:
+                read()
+            except CatalogCorrupt as exc:
+                found.append((where, f"{exc.reason} ({hint})"))
+
+        rows = dict(self.catalog.restore_journals())
+        # This root's journal (the catalog's, else its file) also gets the staging check that
+        # completing it would make.
+        if self._root_key in rows:
+            check(self.catalog.path, row_hint, self._pending_intent)
+        else:
+            check(self._journal_path, file_hint, self._pending_intent)
+        for root, data in rows.items():
+            if root != self._root_key:
+                check(self.catalog.path, row_hint,
+                      partial(decode_intent, data, self.catalog.path, root))
         for root_dir in sorted(glob.glob(os.path.join(glob.escape(self.store_dir), "roots", "*"))):
             journal = os.path.join(root_dir, "journal")
-            try:
-                if root_dir == self._root_dir:
-                    self._pending_intent()
-                else:
-                    read_intent(journal)
-            except CatalogCorrupt as exc:
-                hint = "delete it to abandon the interrupted restore"
-                found.append((journal, f"{exc.reason} ({hint})"))
+            if root_dir != self._root_dir:
+                check(journal, file_hint, partial(read_intent, journal))
             cache = os.path.join(root_dir, "statcache")
             problem = check_stat_cache(cache)
             if problem is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -349,6 +350,45 @@ def test_a_new_catalog_is_wal_and_versioned(catalog: Catalog, db_path: str) -> N
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     raw.close()
+
+
+def test_a_schema_1_catalog_is_upgraded_in_place_keeping_its_rows(db_path: str) -> None:
+    with Catalog.open(db_path) as catalog:
+        record = numbered_record(1, "s")
+        catalog.add_checkpoint(record, event=numbered_event(record))
+    raw = sqlite3.connect(db_path)  # what ckpt before the restores table made
+    raw.execute("DROP TABLE restores")
+    raw.execute("PRAGMA user_version = 1")
+    raw.commit()
+    raw.close()
+    with Catalog.open(db_path) as catalog:
+        assert catalog.history(session=None) == [record]
+        assert len(catalog.events()) == 1 and catalog.restore_journals() == []
+        catalog.journal_restore(b"/root", b"intent")
+        assert catalog.restore_journal(b"/root") == b"intent"
+    raw = sqlite3.connect(db_path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    raw.close()
+
+
+def test_a_restore_journal_goes_in_with_its_pre_restore_record_and_out_with_its_event(
+        catalog: Catalog) -> None:
+    record = dataclasses.replace(numbered_record(1, "s"), root="/ws/\udcff")
+    root = os.fsencode(record.root)
+    catalog.add_checkpoint(record, event=numbered_event(record), journal=b"first")
+    assert catalog.restore_journal(root) == b"first"
+    catalog.journal_restore(b"/other", b"theirs")
+    catalog.journal_restore(root, b"second")  # one restore in progress per root
+    assert catalog.restore_journals() == [(b"/other", b"theirs"), (root, b"second")]
+    done = Event("checkpoint:restore", T0, "s", {"id": record.id})
+    catalog.end_restore(root, event=done)
+    assert catalog.restore_journal(root) is None and catalog.events()[-1] == done
+    assert catalog.restore_journals() == [(b"/other", b"theirs")]
+    catalog.end_restore(root)  # none left: nothing happens
+    assert len(catalog.events()) == 2
+    with pytest.raises(CheckpointError, match="already exists"):  # the journal is not left alone
+        catalog.add_checkpoint(record, journal=b"third")
+    assert catalog.restore_journal(root) is None
 
 
 def test_a_newer_schema_version_is_refused(db_path: str) -> None:

@@ -14,12 +14,15 @@ import random
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 
 from checkpoints.config import read_config, write_config
 from checkpoints.errors import UnknownCheckpoint
+from checkpoints.retention import select_over_cap
 from checkpoints.service import Checkpoints
 
 
@@ -125,6 +128,30 @@ def test_retention_cap_evicts_the_oldest_of_the_session(root: str, service: Chec
         assert [r.id for r in capped.history()] == ids[2:]
         evictions = [e for e in capped.events(type="checkpoint:prune") if e.data["reason"] == "retention-cap"]
         assert [list(e.data["removed"]) for e in evictions] == [[ids[0]], [ids[1]]]
+
+
+def test_retention_cap_never_evicts_the_checkpoint_a_restore_goes_back_to(
+        root: str, service: Checkpoints) -> None:
+    write_config(service.store_dir, dataclasses.replace(read_config(service.store_dir), retention_cap=3))
+    with Checkpoints.open(root, clock=StepClock()) as capped:
+        ids = [turn(root, capped, i, "auto") for i in range(3)]
+        report = capped.restore(ids[0])  # its pre-restore save is the 4th: one must go
+        assert Path(root, "work.txt").read_bytes() == b"turn 0\n"
+        kept = [r.id for r in capped.history()]
+        assert kept == [ids[0], ids[2], report.pre_restore]  # the next oldest went instead
+        evictions = [e for e in capped.events(type="checkpoint:prune") if e.data["reason"] == "retention-cap"]
+        assert [list(e.data["removed"]) for e in evictions] == [[ids[1]]]
+        capped.restore(ids[0])  # still there to go back to again
+
+
+def test_select_over_cap_spares_the_named_records_and_takes_the_next_oldest() -> None:
+    # The decision reads only the ids: stand-ins keep the test to that.
+    records: list[Any] = [SimpleNamespace(id=f"ckpt-{i}") for i in range(5)]
+    assert select_over_cap(records, 3) == records[:2]
+    assert select_over_cap(records, 3, spare=("ckpt-0",)) == records[1:3]
+    assert select_over_cap(records, 3, spare=("ckpt-4",)) == records[:2]  # not among the oldest
+    assert select_over_cap(records, 5, spare=("ckpt-0",)) == []
+    assert select_over_cap(records, 0, spare=("ckpt-0",)) == []  # no cap
 
 
 # -- garbage collection -----------------------------------------------------------------

@@ -514,15 +514,19 @@ def test_an_edit_right_after_a_restore_is_seen_even_at_the_same_size(root: str, 
 
 def test_a_restore_with_nothing_to_do_journals_and_stages_nothing(
         root: str, service: Checkpoints, monkeypatch: pytest.MonkeyPatch) -> None:
-    import checkpoints.service as service_module
-
     for index in range(20):
         h.write_file(root, f"d{index % 4}/f{index}", b"%d" % index)
     record = service.create()
     journaled: list[object] = []
-    real_write_intent = service_module.write_intent
-    monkeypatch.setattr(service_module, "write_intent",
-                        lambda path, intent: journaled.append(intent) or real_write_intent(path, intent))
+    real_add = service.catalog.add_checkpoint
+
+    def add_checkpoint(record: object, *, event: object = None, journal: object = None) -> None:
+        if journal is not None:
+            journaled.append(journal)
+        real_add(record, event=event, journal=journal)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(service.catalog, "add_checkpoint", add_checkpoint)
+    monkeypatch.setattr(service.catalog, "journal_restore", lambda *args: journaled.append(args))
     events: list[object] = []
     service.on("checkpoint:restore", events.append)
     before = h.stat_state(root)

@@ -24,6 +24,7 @@ import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 
 import checkpoints
 from checkpoints.config import read_config, write_config
+from checkpoints.journal import RestoreIntent, write_intent
 from checkpoints.service import Checkpoints
 from objstore import CorruptObject, ObjectNotFound
 
@@ -56,8 +57,10 @@ def open_service(root: str) -> Checkpoints:
     return Checkpoints.open(root)
 
 
-def journals(cp: Checkpoints) -> list[str]:
-    return glob.glob(os.path.join(cp.store_dir, "roots", "*", "journal"))
+def journals(cp: Checkpoints) -> list[object]:
+    """Restores in progress: journaled in the catalog, or an older ckpt's journal files."""
+    return [*cp.catalog.restore_journals(),
+            *glob.glob(os.path.join(cp.store_dir, "roots", "*", "journal"))]
 
 
 def leftovers(cp: Checkpoints, root: str) -> list[str]:
@@ -290,4 +293,34 @@ def test_missing_object_found_while_staging_leaves_the_workspace_byte_identical(
         assert caught.value.oid == blob
         assert h.tree_state(root) == before and h.stat_state(root) == stats
         assert journals(cp) == [] and leftovers(cp, root) == []
+        assert cp.recover() is None
+
+
+# -- a journal file left by a ckpt before catalog schema 2 -------------------------------
+
+
+def test_a_restore_an_older_ckpt_left_half_done_is_completed_and_its_file_carried_over(
+        root: str) -> None:
+    with Checkpoints.init(root) as cp:
+        build_state(root, 0, files=40)
+        first = cp.create(label="first")
+        model = h.tree_state(root)
+        build_state(root, 1, files=40)
+        cp.create(label="second")
+        # What such a ckpt journaled (a file in the root's directory) before it was killed,
+        # half way: staging made, some of it applied.
+        staging = os.fsencode(os.path.join(cp._root_dir, "staging-00112233aabb"))
+        os.mkdir(staging)
+        write_intent(cp._journal_path, RestoreIntent(
+            checkpoint=first.id, tree=first.tree, scope="tree", covered=(), absent_parents=(),
+            keep=(), only=None, pre_restore=None, record_event=True, discard_later=False,
+            staging=staging))
+        h.write_file(root, "pkg00/mod0/f0000.py", b"variant 0 of file 0\n")
+    with Checkpoints.open(root) as cp:
+        assert len(journals(cp)) == 1
+        report = cp.recover()
+        assert report is not None and report.id == first.id
+        assert h.tree_state(root) == model
+        assert journals(cp) == [] and leftovers(cp, root) == []
+        assert [e.data["id"] for e in cp.events(type="checkpoint:restore")] == [first.id]
         assert cp.recover() is None

@@ -183,6 +183,7 @@ class WorkspaceRestores(RuleBasedStateMachine):
     @invariant()
     def no_restore_left_pending(self) -> None:
         assert glob.glob(os.path.join(self.cp.store_dir, "roots", "*", "journal")) == []
+        assert self.cp.catalog.restore_journals() == []
 
 
 WorkspaceRestores.TestCase.settings = settings(

@@ -11,11 +11,13 @@ written as JSON to `$CKPT_FAULT_REPORT` when that is set (RELIABILITY.md quotes 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import re
 import signal
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -327,12 +329,21 @@ def diff_models(expected: Model, actual: Model, limit: int = 8) -> str:
 
 
 def journals(store: str) -> list[str]:
-    """Pending restore journals (the store layout of ARCHITECTURE.md)."""
+    """Pending restore journals (the store layout of ARCHITECTURE.md): the catalog's, named
+    `<catalog>#<root>`, and the journal files of an older ckpt."""
+    found = []
+    catalog = os.path.join(store, "catalog.db")
+    if os.path.exists(catalog):
+        with contextlib.closing(sqlite3.connect(catalog)) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_schema")}
+            if "restores" in tables:
+                found += [f"{catalog}#{os.fsdecode(row[0])}"
+                          for row in conn.execute("SELECT root FROM restores")]
     base = os.path.join(store, "roots")
-    if not os.path.isdir(base):
-        return []
-    return sorted(os.path.join(base, k, "journal") for k in os.listdir(base)
-                  if os.path.exists(os.path.join(base, k, "journal")))
+    if os.path.isdir(base):
+        found += [os.path.join(base, k, "journal") for k in os.listdir(base)
+                  if os.path.exists(os.path.join(base, k, "journal"))]
+    return sorted(found)
 
 
 def root_dir(store: str, root: str) -> str:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 import random
 import sqlite3
+from collections.abc import Callable
 
 import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import pytest
 
-from checkpoints.journal import RestoreIntent, write_intent
+from checkpoints.journal import RestoreIntent, encode_intent, write_intent
 from checkpoints.service import Checkpoints
 from objstore import hash_bytes
 
@@ -258,7 +259,9 @@ def test_fsck_lists_a_damaged_stat_cache_as_harmless(scene: Scene) -> None:
     h.tally("corruption", injected=1, passed=1)
 
 
-def _journal(scene: Scene, **changes: object) -> str:
+def _journal(scene: Scene, where: str, **changes: object) -> str:
+    """Journal a restore of scene.first as if one had been killed: in the catalog, or in the
+    journal file of a ckpt before catalog schema 2 (still completed). Returns where it is."""
     with Checkpoints.open(scene.root) as cp:
         fields: dict[str, object] = {
             "checkpoint": scene.first, "tree": scene.tree, "scope": "tree", "covered": (),
@@ -267,21 +270,37 @@ def _journal(scene: Scene, **changes: object) -> str:
             "staging": os.fsencode(os.path.join(h.root_dir(scene.store, scene.root),
                                                 "staging-0"))}
         fields.update(changes)
-        path = os.path.join(h.root_dir(scene.store, scene.root), "journal")
-        write_intent(path, RestoreIntent(**fields))  # type: ignore[arg-type]
+        intent = RestoreIntent(**fields)  # type: ignore[arg-type]
         assert cp.root == scene.root
+        if where == "catalog":
+            cp.catalog.journal_restore(os.fsencode(scene.root), encode_intent(intent))
+            return cp.catalog.path
+        path = os.path.join(h.root_dir(scene.store, scene.root), "journal")
+        write_intent(path, intent)
     return path
 
 
-@pytest.mark.parametrize("how", ["garbage", "truncate", "empty"])
-def test_damaged_journal_is_exit_5_naming_it_and_nothing_is_touched(
-        scene: Scene, how: str) -> None:
-    path = _journal(scene)
-    with open(path, "r+b") as stream:
+def _overwrite_journal(scene: Scene, where: str, damage: Callable[[bytes], bytes]) -> None:
+    if where == "catalog":
+        with Checkpoints.open(scene.root) as cp:
+            data = cp.catalog.restore_journal(os.fsencode(scene.root))
+            assert data is not None
+            cp.catalog.journal_restore(os.fsencode(scene.root), damage(data))
+        return
+    path = os.path.join(h.root_dir(scene.store, scene.root), "journal")
+    with open(path, "rb") as stream:
         data = stream.read()
     with open(path, "wb") as out:
-        out.write({"garbage": b"\xc1" * 40, "truncate": data[: len(data) // 2],
-                   "empty": b""}[how])
+        out.write(damage(data))
+
+
+@pytest.mark.parametrize("where", ["catalog", "file"])
+@pytest.mark.parametrize("how", ["garbage", "truncate", "empty"])
+def test_damaged_journal_is_exit_5_naming_it_and_nothing_is_touched(
+        scene: Scene, how: str, where: str) -> None:
+    path = _journal(scene, where)
+    _overwrite_journal(scene, where, lambda data: {
+        "garbage": b"\xc1" * 40, "truncate": data[: len(data) // 2], "empty": b""}[how])
     before = scene.untouched()
     for args in (["create"], ["restore", scene.first], ["recover"], ["diff", scene.first]):
         run = h.ckpt_in(scene.root, *args)
@@ -291,11 +310,13 @@ def test_damaged_journal_is_exit_5_naming_it_and_nothing_is_touched(
     h.tally("corruption", injected=1, passed=1)
 
 
-def test_crafted_journal_cannot_make_ckpt_delete_outside_the_store(scene: Scene, base: str) -> None:
+@pytest.mark.parametrize("where", ["catalog", "file"])
+def test_crafted_journal_cannot_make_ckpt_delete_outside_the_store(
+        scene: Scene, base: str, where: str) -> None:
     victim = os.path.join(base, "victim")
     h.write_file(os.path.join(victim, "precious.txt"), b"do not delete\n")
     for staging in (victim, os.path.join(scene.root, "sub"), scene.store):
-        _journal(scene, staging=os.fsencode(staging))
+        _journal(scene, where, staging=os.fsencode(staging))
         before = scene.untouched()
         run = h.ckpt_in(scene.root, "recover")
         assert run.code == h.CORRUPT and "journal" in run.err, run
