@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import contextlib
 import datetime as dt
 import fnmatch
 import importlib.metadata
@@ -105,6 +106,19 @@ _, status, usage = os.wait4(pid, 0)
 wall = time.perf_counter() - start
 with open(out, "w") as f:
     f.write(f"{wall!r} {usage.ru_maxrss}")
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+# Starts the ckpt-api worker from a small interpreter instead of from this harness, for the
+# reason _WRAPPER gives: the worker's own ``getrusage`` peak would otherwise start at the
+# harness's (168 MiB on the Linux tree, the harness's manifests, not ckpt). It inherits the
+# pipes, and its exit status is passed on.
+_SPAWNER = """\
+import os, sys
+pid = os.posix_spawnp(sys.argv[1], sys.argv[1:], os.environ)
+_, status = os.waitpid(pid, 0)
 code = os.waitstatus_to_exitcode(status)
 sys.exit(code if code >= 0 else 128 - code)
 """
@@ -415,7 +429,8 @@ class CkptApi(Driver):
     imports the library, opens the store once and runs each step as one call, timed inside the
     worker with ``perf_counter``. Its start-up (interpreter, imports) happens before the first
     step and is reported apart, never inside a step. Peak RSS is the worker's high-water mark
-    after the step (``getrusage``), so it is cumulative over the round.
+    after the step (``getrusage``), so it is cumulative over the round; it is started through
+    ``_SPAWNER``, so that mark is its own, not this harness's.
     """
 
     name = "ckpt-api"
@@ -429,7 +444,8 @@ class CkptApi(Driver):
         # In a venv install the worker module comes from the venv too (pyproject ships bench),
         # and nothing puts the checkout on sys.path.
         self._proc: subprocess.Popen[str] | None = subprocess.Popen(
-            [install.python, "-m", "bench.inprocess"], cwd=work.parent, env=install.env,
+            [sys.executable, "-I", "-S", "-c", _SPAWNER, install.python, "-m", "bench.inprocess"],
+            cwd=work.parent, env=install.env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
             encoding="utf-8")
         try:
@@ -495,8 +511,10 @@ class CkptApi(Driver):
             proc.kill()
             proc.wait()
         finally:
-            if proc.stdout is not None:
-                proc.stdout.close()
+            for stream in (proc.stdin, proc.stdout):  # EOF ends a worker its spawner left
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
             self._stderr.close()
 
 

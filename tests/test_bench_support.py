@@ -238,6 +238,20 @@ def test_ckpt_api_worker_fails_loudly_and_exits(tmp_path: Path) -> None:
     api.close()  # idempotent
 
 
+def test_ckpt_api_worker_peak_rss_is_its_own_not_the_harness_s(tmp_path: Path) -> None:
+    # A harness that holds 300 MiB (the Linux run's manifests: ~170 MiB) when it starts the
+    # worker: a process exec'd from a fork of it would report at least that as its own peak.
+    ballast = bytearray(300 << 20)
+    ballast[:: 4096] = b"x" * len(ballast[:: 4096])  # touched: resident
+    (tmp_path / "work").mkdir()
+    api = CkptApi(tmp_path / "work", tmp_path / "store")
+    try:
+        assert api.startup["startup_rss_kib"] < 150 << 10, api.startup
+    finally:
+        api.close()
+        del ballast
+
+
 def test_compare_never_imports_ckpt() -> None:
     code = ("import sys, bench.compare; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'checkpoints', 'objstore', 'cli'}))")
