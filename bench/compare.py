@@ -540,9 +540,9 @@ def _check(expected: Manifest, actual: Manifest, what: str) -> None:
 
 
 def run_tool_round(tool_name: str, corpus: Corpus, baseline: Manifest, files: list[str],
-                   seed: int, scratch: Path, *, install: Install | None = None,
-                   keep: bool = False) -> dict[str, Any]:
-    """One tool, one round, five steps on a fresh copy; returns the raw numbers.
+                   seed: int, scratch: Path, *, install: Install | None = None) -> dict[str, Any]:
+    """One tool, one round, five steps on a fresh copy in ``scratch``; returns the raw numbers.
+    The copy is left for the caller to delete (see ``copies_to_delete``).
 
     ``install``: the ckpt the ckpt tools run (default: ``Install.current()``).
     """
@@ -595,8 +595,6 @@ def run_tool_round(tool_name: str, corpus: Corpus, baseline: Manifest, files: li
     finally:
         if tool is not None:
             tool.close()
-        if not keep:
-            shutil.rmtree(scratch, ignore_errors=True)
 
 
 # Room kept free beyond the largest round seen, when deciding whether the next round fits.
@@ -812,10 +810,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     deleted_between_rounds += len(doomed)
                 print(f"round {i} {t} ...", file=sys.stderr, flush=True)
                 scratch = scratch_root / f"r{i}-{t}"
+                free_before = shutil.disk_usage(scratch_root).free
                 run = run_tool_round(t, corpus, baseline, files, args.seed + i, scratch,
-                                     install=install, keep=True)
+                                     install=install)
                 runs.append({"round": i, "position": order.index(t), **run})
-                kept.append((scratch, measure_tree(scratch).allocated_bytes))
+                # What the round took, without walking its copy between two timed rounds.
+                used = free_before - shutil.disk_usage(scratch_root).free
+                kept.append((scratch, max(used, 0)))
     except BenchFailure as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 2
