@@ -486,20 +486,20 @@ class Checkpoints:
         started = time.monotonic()
         with self._writing("restore"):
             covered = target.paths if target.scope == "paths" else None
-            pre: tuple[CheckpointRecord, Event] | None = None
+            pre: CheckpointRecord | None = None
             if save and not dry_run:
-                pre = self._scan_record(covered, progress, defer_cache_write=True,
-                                        label=f"before restore to {target.id}",
-                                        reason="pre-restore", turn_id=None, message_id=None,
-                                        tool_call_id=None, summary=None, metadata={})
-                current = pre[0].tree
+                pre, pre_event = self._scan_record(
+                    covered, progress, defer_cache_write=True,
+                    label=f"before restore to {target.id}", reason="pre-restore", turn_id=None,
+                    message_id=None, tool_call_id=None, summary=None, metadata={})
+                current = pre.tree
             else:
                 current = self._scan(covered, progress, defer_cache_write=True).tree
             intent = RestoreIntent(
                 checkpoint=target.id, tree=target.tree, scope=target.scope,
                 covered=target.paths, absent_parents=target.absent_parents,
                 keep=tuple(s.path for s in target.skipped), only=only,
-                pre_restore=pre[0].id if pre else None, record_event=record_event,
+                pre_restore=pre.id if pre else None, record_event=record_event,
                 discard_later=discard_later, staging=self._staging_dir(),
             )
             plan = self._plan(intent, current)
@@ -512,9 +512,9 @@ class Checkpoints:
             # evict the very checkpoint being restored to.
             journal = None if plan.is_empty else encode_intent(intent)
             if pre is not None:
-                self.catalog.add_checkpoint(pre[0], event=pre[1], journal=journal)
+                self.catalog.add_checkpoint(pre, event=pre_event, journal=journal)
                 try:
-                    self._after_commit(pre[1], spare=(target.id,))
+                    self._after_commit(pre_event, spare=(target.id,))
                 except BaseException:  # a listener or the cap failed: the restore is not made
                     if journal is not None:
                         self.catalog.end_restore(self._root_key)
