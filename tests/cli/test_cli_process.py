@@ -266,6 +266,25 @@ def test_broken_stdout_pipe_exits_quietly(initialized: Path, ckpt_in: CkptIn, en
     assert stderr == b""
 
 
+def test_a_process_exits_with_its_output_and_store_complete(ws: Path, ckpt_proc: CkptProc) -> None:
+    """`main` ends the process with os._exit, skipping the interpreter's teardown: what a
+    command printed (more than a pipe holds) and wrote (a pack) must be there in full."""
+    for index in range(3000):
+        (ws / f"a-file-with-a-long-name-to-fill-the-pipe-{index:05d}.txt").write_text(f"{index}\n")
+    assert ckpt_proc("init").code == 0
+    created = ckpt_proc("create", "--json")
+    assert created.code == 0, created.stderr
+    record = json.loads(created.stdout)
+    shown = ckpt_proc("show", record["id"], "--json")
+    assert shown.code == 0, shown.stderr
+    assert len(shown.stdout_bytes) > 1 << 17  # twice a pipe's buffer
+    files = json.loads(shown.stdout)["files"]
+    assert sum(f["path"].startswith("a-file-with-a-long-name") for f in files) == 3000
+    assert ckpt_proc("fsck").code == 0
+    missing = ckpt_proc("latest", "--turn", "no such turn")
+    assert (missing.code, missing.stdout) == (3, "")
+
+
 def test_cat_streams_binary_content_unchanged(initialized: Path, ckpt_in: CkptIn,
                                               ckpt_proc: CkptProc) -> None:
     payload = bytes(range(256)) * 1000
