@@ -587,7 +587,12 @@ class Checkpoints:
     def _apply_journaled(self, intent: RestoreIntent, plan: RestorePlan,
                          progress: ProgressFn | None, *, resuming: bool) -> ApplyReport:
         """Stage and apply `plan`; the caller has journaled `intent`."""
-        from checkpoints.restore import apply_plan, remove_staging, stage_files  # noqa: PLC0415
+        from checkpoints.restore import (  # noqa: PLC0415 (see the imports)
+            apply_plan,
+            remove_staging,
+            remove_staging_soon,
+            stage_files,
+        )
 
         try:
             with _naming(intent.staging):
@@ -596,10 +601,17 @@ class Checkpoints:
             self._abandon_staging_failure(exc, resuming=resuming)
             raise
         try:
-            applied = apply_plan(self._root_b, plan, staged, progress=progress)
-        finally:
+            applied = apply_plan(self._root_b, plan, staged, staging=intent.staging,
+                                 progress=progress)
+        except BaseException:
             remove_staging(intent.staging)
-        self._update_cache(applied, intent.tree)
+            raise
+        # What the apply replaced is freed while the cache learns what it wrote.
+        staging_removed = remove_staging_soon(intent.staging)
+        try:
+            self._update_cache(applied, intent.tree)
+        finally:
+            staging_removed()
         return applied
 
     def _report(self, target: CheckpointRecord, plan: RestorePlan, applied: ApplyReport,
