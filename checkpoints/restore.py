@@ -162,7 +162,7 @@ def _name(path: RelPath) -> bytes:
 def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[RelPath, bytes]:
     """Copy and verify every file's content into `staging`; raise before touching the tree.
 
-    Symlinks are made there too, so that applying is renames only and a killed restore leaves
+    Symlinks are made there too, so that applying moves names only and a killed restore leaves
     no temporary name in the workspace (the journal's cleanup removes the staging directory).
     """
     staged: dict[RelPath, bytes] = {}

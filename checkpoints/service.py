@@ -544,7 +544,8 @@ class Checkpoints:
         return leaf_counts(self._current_cache())
 
     def _staging_dir(self) -> bytes:
-        # Staged files are renamed into place, so they must be on the root's filesystem.
+        # Staged files are renamed (or swapped) into place, and what they replace or what is
+        # removed is linked here: all on the root's filesystem.
         token = os.urandom(6).hex()
         if os.stat(self._root_dir).st_dev == os.stat(self.root).st_dev:
             return os.fsencode(os.path.join(self._root_dir, f"staging-{token}"))
