@@ -237,12 +237,11 @@ def apply_plan(
     plan: RestorePlan,
     staged: dict[RelPath, bytes],
     *,
-    staging: bytes | None = None,
+    staging: bytes,
     progress: ProgressFn | None = None,
 ) -> ApplyReport:
-    """Apply `plan` under `root`, with the files `stage_files` staged. `staging`, the staging
-    directory, also takes the files the apply removes, so that they are freed with it (None:
-    where they stand)."""
+    """Apply `plan` under `root`, with the files `stage_files` staged in `staging`, which also
+    takes the files the apply removes, so that they are freed with it."""
     report = ApplyReport()
     dirs = _Dirs(root, report)
     trash = _Trash(staging)
@@ -349,16 +348,16 @@ def _put_in_place(staged: bytes, parent_fd: int, name: bytes, *, replacing: bool
 class _Trash:
     """Where the apply leaves the files it removes: a hard link in the staging directory made
     before the unlink, so that the unlink does not free the file's blocks then and there (the
-    staging directory's removal does). Without a staging directory, or where a link cannot be
-    made (another file system, a file system without hard links, a file its owner protects),
-    the unlink frees the file as usual."""
+    staging directory's removal does). Where a link cannot be made (another file system, a
+    file system without hard links, a file its owner protects), the unlink frees the file as
+    usual."""
 
-    def __init__(self, staging: bytes | None) -> None:
+    def __init__(self, staging: bytes) -> None:
         self.staging = staging
         self.count = 0
 
     def keep(self, parent_fd: int, name: bytes, st: os.stat_result) -> None:
-        if self.staging is None or not st.st_blocks or not statmod.S_ISREG(st.st_mode):
+        if not st.st_blocks or not statmod.S_ISREG(st.st_mode):
             return  # nothing to free, or nothing a link could hold (a symlink's own blocks)
         self.count += 1
         with contextlib.suppress(OSError):
