@@ -8,6 +8,7 @@ Everything here looks at the real filesystem: no mocks.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 import stat as statmod
 from collections.abc import Iterable
@@ -95,3 +96,10 @@ def object_path(store_dir: str, oid: bytes) -> str:
     """Where a loose store (see `init_loose_store`) keeps object `oid`."""
     text = oid.hex()
     return os.path.join(store_dir, "objects", text[:2], text[2:])
+
+
+def staging_left(store_dir: str, root: str) -> list[str]:
+    """Staging directories a restore left: in the store's root directories, or in the root
+    itself when the store is on another file system."""
+    return (glob.glob(os.path.join(store_dir, "roots", "*", "staging-*"))
+            + glob.glob(os.path.join(root, ".ckpt-staging-*")))

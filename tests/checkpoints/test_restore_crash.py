@@ -63,11 +63,6 @@ def journals(cp: Checkpoints) -> list[object]:
             *glob.glob(os.path.join(cp.store_dir, "roots", "*", "journal"))]
 
 
-def leftovers(cp: Checkpoints, root: str) -> list[str]:
-    staged = glob.glob(os.path.join(cp.store_dir, "roots", "*", "staging-*"))
-    return staged + glob.glob(os.path.join(root, ".ckpt-staging-*"))
-
-
 # -- SIGKILL mid-apply ------------------------------------------------------------------
 
 
@@ -138,7 +133,7 @@ def complete_with(command: str, root: str, target: str) -> None:
             assert cp.get(report.pre_restore).tree == cp.get(target).tree
         expected_events = 2 if command == "restore" else 1  # the completion, then its own
         assert restore_events() == events_before + expected_events
-        assert journals(cp) == [] and leftovers(cp, root) == []
+        assert journals(cp) == [] and h.staging_left(cp.store_dir, root) == []
         assert cp.recover() is None
 
 
@@ -227,7 +222,7 @@ def test_gc_after_a_killed_restore_keeps_what_completing_it_needs(root: str) -> 
     with open_service(root) as cp:
         cp.recover()
         assert h.tree_state(root) == model
-        assert journals(cp) == [] and leftovers(cp, root) == []
+        assert journals(cp) == [] and h.staging_left(cp.store_dir, root) == []
         assert cp.gc(grace_seconds=0).objects_removed > 0  # completed: now it is garbage
         assert cp.fsck(full=True).ok
         assert cp.create().tree == record.tree
@@ -274,7 +269,7 @@ def test_corrupt_object_found_while_staging_leaves_the_workspace_byte_identical(
         assert caught.value.oid == blob
         assert blob.hex() in str(caught.value)
         assert h.tree_state(root) == before and h.stat_state(root) == stats
-        assert journals(cp) == [] and leftovers(cp, root) == []
+        assert journals(cp) == [] and h.staging_left(cp.store_dir, root) == []
         assert cp.events(type="checkpoint:restore") == []
         after = cp.create(label="still usable")  # no pending journal, no lock left
         assert after.tree == cp.history(reason="pre-restore")[-1].tree
@@ -292,7 +287,7 @@ def test_missing_object_found_while_staging_leaves_the_workspace_byte_identical(
 
         assert caught.value.oid == blob
         assert h.tree_state(root) == before and h.stat_state(root) == stats
-        assert journals(cp) == [] and leftovers(cp, root) == []
+        assert journals(cp) == [] and h.staging_left(cp.store_dir, root) == []
         assert cp.recover() is None
 
 
@@ -321,6 +316,6 @@ def test_a_restore_an_older_ckpt_left_half_done_is_completed_and_its_file_carrie
         report = cp.recover()
         assert report is not None and report.id == first.id
         assert h.tree_state(root) == model
-        assert journals(cp) == [] and leftovers(cp, root) == []
+        assert journals(cp) == [] and h.staging_left(cp.store_dir, root) == []
         assert [e.data["id"] for e in cp.events(type="checkpoint:restore")] == [first.id]
         assert cp.recover() is None

@@ -9,7 +9,6 @@ pure-Python fallback (no extension built), and a file system that refuses RENAME
 from __future__ import annotations
 
 import errno
-import glob
 import os
 import time
 from collections.abc import Iterator
@@ -56,11 +55,6 @@ def service(dirs: tuple[str, str]) -> Iterator[Checkpoints]:
         yield cp
 
 
-def staging_left(cp: Checkpoints, root: str) -> list[str]:
-    return (glob.glob(os.path.join(cp.store_dir, "roots", "*", "staging-*"))
-            + glob.glob(os.path.join(root, ".ckpt-staging-*")))
-
-
 def test_replaced_and_removed_files_keep_their_other_links_and_no_staging_is_left(
         dirs: tuple[str, str], service: Checkpoints, mode: str) -> None:
     root, outside = dirs
@@ -88,7 +82,7 @@ def test_replaced_and_removed_files_keep_their_other_links_and_no_staging_is_lef
 
     assert h.tree_state(root) == model
     assert (report.written, report.deleted) == (8, 1)
-    assert staging_left(service, root) == []
+    assert h.staging_left(service.store_dir, root) == []
     with open(replaced, "rb") as f:
         assert f.read().startswith(b"edited by the turn 0\n")
     with open(removed, "rb") as f:
@@ -113,7 +107,7 @@ def test_a_restore_that_only_removes_frees_what_it_removed(
     assert (report.written, report.deleted, report.dirs_removed) == (0, 5, 1)
     assert sorted(h.tree_state(root)) == ["keep.txt"]
     assert os.stat(os.path.join(outside, "link")).st_nlink == 1
-    assert staging_left(service, root) == []
+    assert h.staging_left(service.store_dir, root) == []
 
 
 @native_only
