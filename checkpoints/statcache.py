@@ -36,6 +36,7 @@ actually looks into (`DirTable`), and written back as it was read for all the ot
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,11 @@ from typing import Any, Protocol
 from objstore.codec import pack_data, unpack_data
 from objstore.errors import CorruptObject
 from objstore.ids import OID_SIZE, hash_bytes
+
+try:
+    from checkpoints._fsops import exchange as _native_exchange  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - depends on the install
+    _native_exchange = None
 
 CACHE_VERSION = 6  # 2: checksum trailer; 3: listings, packed rows, settings; 4: wire records;
 # 5: listings kept with their racy names; 6: sizes and file counts outside the packed rest
@@ -528,8 +534,34 @@ def _replace(path: str, data: bytes) -> None:
     try:
         with open(temp, "wb") as out:
             out.write(data)
-        os.replace(temp, path)
+        if not _exchanged(temp, path):
+            os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(OSError):  # a full disk must not keep the torn copy too
             os.unlink(temp)
         raise
+
+
+# Where renameat2 cannot exchange (no such file yet; an old kernel or a file system without
+# RENAME_EXCHANGE): the temp is renamed over instead.
+_NOT_EXCHANGED = frozenset({errno.ENOENT, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP,
+                            errno.ENOTSUP})
+
+
+def _exchanged(temp: str, path: str) -> bool:
+    """Swap `temp` into `path` atomically and delete what `path` held; False if the names could
+    not be exchanged (nothing changed). Why not a rename over: ext4 writes a file renamed over
+    another back at once (auto_da_alloc), which cost a save ~1-2 ms on the stdlib; an exchange
+    does not. A kill before the unlink leaves the old copy under the temp's name, which gc
+    sweeps like any other temp (`Checkpoints._sweep_temporaries`)."""
+    if _native_exchange is None:
+        return False
+    try:  # an absolute destination: renameat2 ignores the directory descriptor
+        _native_exchange(os.fsencode(temp), -1, os.fsencode(os.path.abspath(path)))
+    except OSError as exc:
+        if exc.errno in _NOT_EXCHANGED:
+            return False
+        raise
+    with contextlib.suppress(OSError):
+        os.unlink(temp)
+    return True

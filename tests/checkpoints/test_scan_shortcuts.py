@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from checkpoints import dirlisting
+from checkpoints import statcache as statcache_module
 from checkpoints.config import set_config_value
 from checkpoints.errors import PathNotInCheckpoint, RestoreIncomplete
 from checkpoints.ignore import IgnoreRules
@@ -695,6 +696,32 @@ def test_a_cache_round_trips_with_rows_left_packed_until_asked(tmp_path: Path) -
     assert again.dirs[b""]._rows is None  # not decoded by loading
     assert again.dirs[b""].rows == cache.dirs[b""].rows
     assert read_stat_cache(path, gc_generation=4).needs_verification
+
+
+def _refuse_exchange(src: bytes, dst_dir_fd: int, dst: bytes) -> None:
+    raise OSError(errno.EINVAL, "Invalid argument", dst)  # a file system without the exchange
+
+
+@pytest.mark.parametrize("how", ["native", "refused", "python"])
+def test_a_save_replaces_the_cache_whole_and_leaves_no_temporary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """Saved by swapping the new file in (ext4 writes a file renamed over another back at once)
+    or, where names cannot be exchanged, by renaming over: either way the reader sees one whole
+    cache and the old copy is gone."""
+    if how == "native" and statcache_module._native_exchange is None:
+        pytest.skip("the native _fsops extension is not built")
+    if how == "refused":
+        monkeypatch.setattr(statcache_module, "_native_exchange", _refuse_exchange)
+    if how == "python":
+        monkeypatch.setattr(statcache_module, "_native_exchange", None)
+    path = str(tmp_path / "statcache")
+    write_stat_cache(path, StatCache(DirTable(records={b"": _record(b"T0", [b"a"])}), settings="s"))
+    first = os.stat(path)
+    write_stat_cache(path, StatCache(DirTable(records={b"": _record(b"T1", [b"a", b"b"])}),
+                                     settings="s"))  # no base read: written whole, not a delta
+    assert os.listdir(tmp_path) == ["statcache"]
+    assert os.stat(path).st_ino != first.st_ino
+    assert {k: r.tree for k, r in read_stat_cache(path, gc_generation=0).dirs.items()} == {b"": b"T1"}
 
 
 def _records(cache: StatCache) -> dict[bytes, tuple[Any, ...]]:
