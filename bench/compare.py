@@ -78,13 +78,15 @@ class Measured:
 
     ``report`` is what the tool said about the step, kept raw in the JSON: ckpt's stats for a
     snapshot and its restore report (from ``--json`` or the API's ``to_json()``); the API
-    worker's start-up and open costs on init; None for git.
+    worker's start-up and open costs on init; None for git. ``settled_seconds``: the API's
+    call until its bookkeeping was done too (see bench/inprocess.py); None for processes.
     """
 
     seconds: float
     max_rss_kib: int
     stdout: list[str] = field(default_factory=list)
     report: Any = None
+    settled_seconds: float | None = None
 
 
 # Runs one command and writes "<wall seconds> <ru_maxrss KiB>" to argv[1]. Why a wrapper: on
@@ -479,8 +481,8 @@ class CkptApi(Driver):
         self._proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
         self._proc.stdin.flush()
         answer = self._answer(op)
-        return Measured(answer["seconds"], answer["max_rss_kib"],
-                        report=answer.get("report")), answer
+        return Measured(answer["seconds"], answer["max_rss_kib"], report=answer.get("report"),
+                        settled_seconds=answer.get("settled_seconds")), answer
 
     def init(self) -> Measured:
         m, _ = self._call("init", root=self.root, store=self.store)
@@ -558,6 +560,8 @@ def run_tool_round(tool_name: str, corpus: Corpus, baseline: Manifest, files: li
     def record(step: str, m: Measured, **extra: object) -> None:
         steps[step] = {"seconds": m.seconds, "max_rss_kib": m.max_rss_kib, "report": m.report,
                        **extra}
+        if m.settled_seconds is not None:
+            steps[step]["settled_seconds"] = m.settled_seconds
 
     try:
         tool = TOOLS[tool_name](work, store, install)
@@ -647,6 +651,12 @@ def summarize(runs: list[dict[str, Any]], tools: Sequence[str]) -> dict[str, Any
                       "peak_rss_kib": max(c["max_rss_kib"] for c in cells)}
             if "rewritten" in cells[0]:
                 row[t]["median_rewritten"] = statistics.median(c["rewritten"] for c in cells)
+            if "settled_seconds" in cells[0]:
+                row[t]["median_settled_s"] = statistics.median(c["settled_seconds"] for c in cells)
+                if "git" in by:
+                    row[t]["median_settled_ratio"] = statistics.median(
+                        c["settled_seconds"] / g["steps"][step]["seconds"]
+                        for c, g in zip(cells, by["git"]))
         if variants(tools):
             # Paired by round: the tools ran back to back, so machine drift mostly cancels.
             row["ratios"] = {t: [c["steps"][step]["seconds"] / g["steps"][step]["seconds"]
@@ -699,6 +709,16 @@ def render_table(report: dict[str, Any]) -> str:
                      + "".join(f"{medians[t]:{w}.2f}" for t, w in zip(pairs, widths))
                      + ("  " + " | ".join(" ".join(f"{r:.2f}" for r in rounds[t])
                                           for t in pairs) if pairs else ""))
+    if "ckpt-api" in cols and "median_settled_s" in s["turn_snapshot"].get("ckpt-api", {}):
+        lines += ["", f"{'ckpt-api until settled':<28}{'median s':>10}"
+                  + (f"{'ratio/git':>10}" if "git" in cols else ""),
+                  ("  (the call and its bookkeeping: stat cache saved, what a restore "
+                   "replaced freed)")]
+        for step in STEPS:
+            cell = s[step]["ckpt-api"]
+            lines.append(f"{STEP_TITLES[step]:<28}" + _cell(cell["median_settled_s"], "10.3f")
+                         + (_cell(cell.get("median_settled_ratio"), "10.2f")
+                            if "git" in cols else ""))
     lines += ["", tools_header("peak RSS (MiB, max of rounds)")]
     for step in STEPS:
         cells = [get(step, t, "peak_rss_kib") for t in cols]

@@ -7,6 +7,10 @@ request per stdin line and answers one JSON line on stdout, like a long-lived ag
 the store is opened once (``Checkpoints.open``) and every step is one call on that open
 service. Each step is timed here with ``time.perf_counter`` around the call alone, so
 interpreter start-up, imports and the protocol are left out, which is the point of this mode.
+A call returns once its work is done and durable, and finishes its bookkeeping (the stat
+cache's save, freeing what a restore replaced) on a thread: the worker then waits for that
+(``settle()``) before it answers, so nothing of a step runs while the driver checks the tree or
+measures the store, and reports both times.
 
 Requests (one object per line; ``op`` names it):
   {"op": "init", "root": R, "store": S}  ``Checkpoints.init(R, S)`` + close, like ``ckpt init``
@@ -15,7 +19,8 @@ Requests (one object per line; ``op`` names it):
   {"op": "create", "label": L}            ``create(label=L)``
   {"op": "restore", "ref": ID}            ``restore(ID)``: the default, pre-restore save included
   {"op": "close"}                         close the service and exit
-Answers: {"seconds", "max_rss_kib", "id"?, "report"?}, or {"error", "traceback"} on any
+Answers: {"seconds", "settled_seconds", "max_rss_kib", "id"?, "report"?} (``seconds`` until
+the call returned, ``settled_seconds`` until its bookkeeping was done), or {"error", "traceback"} on any
 exception (the worker keeps serving; the driver treats it as a failed step). Before the first
 request it says {"ready": true, "pid", "max_rss_kib", "ckpt_module"}: the last is
 ``checkpoints.__file__``, so the driver can check which install it imported.
@@ -72,6 +77,10 @@ class Worker:
     def restore(self, ref: str) -> dict[str, Any]:
         return {"report": self._open().restore(ref).to_json()}
 
+    def settle(self) -> None:
+        if self.service is not None:
+            self.service.settle()
+
     def close(self) -> dict[str, Any]:
         if self.service is not None:
             service, self.service = self.service, None
@@ -99,11 +108,14 @@ def serve(requests: IO[str], answers: IO[str]) -> None:
             start = time.perf_counter()
             result = ops[op](**request)
             seconds = time.perf_counter() - start
+            worker.settle()
+            settled = time.perf_counter() - start
         except Exception as exc:  # noqa: BLE001 (any failure is the driver's to report)
             answer({"error": f"{op}: {type(exc).__name__}: {exc}",
                     "traceback": traceback.format_exc()})
             continue
-        answer({"seconds": seconds, "max_rss_kib": peak_rss_kib(), **result})
+        answer({"seconds": seconds, "settled_seconds": settled, "max_rss_kib": peak_rss_kib(),
+                **result})
         if op == "close":
             return
 

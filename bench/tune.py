@@ -281,10 +281,12 @@ def _measure_row(copy: Path, store: Path, config: StoreConfig, turn: Turn,
         started = clock()
         first = cp.create(label="ckpt bench: first")
         snapshot_s = clock() - started
+        cp.settle()  # each step times the call alone; its bookkeeping must not run into the next
         size = measure_tree(store)
         started = clock()
         again = cp.create(label="ckpt bench: no change")
         no_change_s = clock() - started
+        cp.settle()
         if again.tree != first.tree:
             raise TuningError(f"{copy} changed during the measurement (is something writing to "
                               "the scratch directory?)")

@@ -14,9 +14,10 @@ import gc
 import glob
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -106,6 +107,18 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _run_all(jobs: Sequence[Callable[[], None]]) -> BaseException | None:
+    """Run every job, whatever fails (each frees or saves something of its own); return the
+    first failure."""
+    failure = None
+    for job in jobs:
+        try:
+            job()
+        except BaseException as exc:  # noqa: BLE001 (the caller raises it)
+            failure = failure or exc
+    return failure
+
+
 def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -145,9 +158,12 @@ class Checkpoints:
         key = hash_bytes(self._root_b).hex()[:16]
         self._root_dir = os.path.join(store_dir, "roots", key)
         os.makedirs(self._root_dir, exist_ok=True)
-        # Set by a scan, for the rest of its lock. Still `dirty` when its saving was deferred:
-        # a restore writes the stat cache once, after applying, not also after its scan.
+        # Set by a scan, for the rest of its lock; saved (if `dirty`) once the call's work is
+        # done, with the other bookkeeping of `_jobs` (see `_writing`).
         self._scanned_cache: StatCache | None = None
+        self._jobs: builtins.list[Callable[[], None]] = []
+        self._behind: threading.Thread | None = None  # the last call's bookkeeping, if running
+        self._behind_error: BaseException | None = None
 
     # -- opening -------------------------------------------------------------------------
 
@@ -180,6 +196,12 @@ class Checkpoints:
 
     def close(self) -> None:
         try:
+            self._finish_behind()
+        finally:
+            self._close_stores()
+
+    def _close_stores(self) -> None:
+        try:
             with _naming(os.path.join(self.store_dir, "objects")):
                 self.objects.close()  # publishes what was written: can fail like a put
         finally:
@@ -208,23 +230,82 @@ class Checkpoints:
 
     @contextmanager
     def _writing(self, purpose: str) -> Iterator[None]:
-        """Shared store lock (keeps gc out) + exclusive root lock; completes a killed restore."""
-        with RootLock(os.path.join(self.store_dir, "gc.lock"), timeout=self.config.lock_timeout,
-                      shared=True, purpose=purpose):
-            with RootLock(os.path.join(self._root_dir, "lock"), timeout=self.config.lock_timeout,
-                          purpose=purpose):
+        """Shared store lock (keeps gc out) + exclusive root lock; completes a killed restore.
+
+        What a call does only for the speed of later ones (the stat cache's update and save,
+        freeing what a restore replaced) is queued in `_jobs` and done once the call's own work
+        is done and durable, on a thread that keeps both locks until it has finished: the call
+        returns meanwhile (a stdlib restore ~11 ms sooner), and the next call on this service,
+        or `close`, waits for it first (`_finish_behind`). A call that fails does its jobs
+        before raising, quietly: what its scan learnt still holds.
+        """
+        self._finish_behind()
+        with ExitStack() as locks:
+            locks.enter_context(RootLock(os.path.join(self.store_dir, "gc.lock"),
+                                         timeout=self.config.lock_timeout, shared=True,
+                                         purpose=purpose))
+            locks.enter_context(RootLock(os.path.join(self._root_dir, "lock"),
+                                         timeout=self.config.lock_timeout, purpose=purpose))
+            try:
                 with _cyclic_gc_paused():
                     self._complete_interrupted_restore()
-                    try:
-                        yield
-                    except BaseException:
-                        with suppress(OSError, CheckpointError):  # what the scan learnt holds
-                            self._save_deferred_cache()
-                        raise
-                    else:
-                        self._save_deferred_cache()
-                    finally:
-                        self._scanned_cache = None
+                    yield
+            except BaseException:
+                self._settle_now(quiet=True)
+                raise
+            self._settle_behind(locks.pop_all())
+
+    def _take_jobs(self) -> builtins.list[Callable[[], None]]:
+        """The queued bookkeeping, then the save of the scan's stat cache; the queue is emptied."""
+        jobs, self._jobs = self._jobs, []
+        cache, self._scanned_cache = self._scanned_cache, None
+        if cache is not None:
+            jobs.append(partial(self._save_if_dirty, cache))
+        return jobs
+
+    def _settle_now(self, *, quiet: bool) -> None:
+        """Do the queued jobs here; unless `quiet`, raise the first failure once all ran."""
+        failure = _run_all(self._take_jobs())
+        if failure is not None and not (
+                quiet and isinstance(failure, (OSError, CheckpointError, ObjstoreError))):
+            raise failure
+
+    def _settle_behind(self, locks: ExitStack) -> None:
+        """Do the queued jobs on a thread, which then lets go of `locks`."""
+        jobs = self._take_jobs()
+        if not jobs:
+            locks.close()
+            return
+
+        def run() -> None:
+            try:
+                with _cyclic_gc_paused():  # for the reason the call itself pauses it
+                    self._behind_error = _run_all(jobs)
+            finally:
+                locks.close()
+
+        thread = threading.Thread(target=run, name="ckpt-bookkeeping")  # not a daemon: an
+        try:  # interpreter that exits without `close` still finishes the cache's save
+            thread.start()
+        except RuntimeError:  # no thread to be had: do it here
+            run()
+            self._finish_behind()
+            return
+        self._behind = thread
+
+    def settle(self) -> None:
+        """Wait until the bookkeeping of the last call is done: its stat cache saved, what a
+        restore replaced freed (the next call, and `close`, wait for it anyway). Raises what
+        failed in it, such as a cache that could not be saved, once."""
+        self._finish_behind()
+
+    def _finish_behind(self) -> None:
+        thread, self._behind = self._behind, None
+        if thread is not None:
+            thread.join()
+        error, self._behind_error = self._behind_error, None
+        if error is not None:
+            raise error
 
     def _store_rel(self) -> list[RelPath]:
         rel = os.path.relpath(self.store_dir, self.root)
@@ -292,8 +373,10 @@ class Checkpoints:
 
     # -- snapshots -----------------------------------------------------------------------
 
-    def _scan(self, covered: Sequence[RelPath] | None, progress: ProgressFn | None, *,
-              defer_cache_write: bool = False) -> ScanResult:
+    def _scan(self, covered: Sequence[RelPath] | None, progress: ProgressFn | None) -> ScanResult:
+        """Scan, its objects durable; the stat cache it made is kept in `_scanned_cache` (a
+        restore that follows under the same lock plans and updates from it) and saved with the
+        call's bookkeeping (`_writing`)."""
         cache = read_stat_cache(self._cache_path, gc_generation=self._gc_generation())
         options = ScanOptions(max_file_size=self.config.max_file_size,
                               threads=self.config.effective_threads(),
@@ -322,10 +405,7 @@ class Checkpoints:
             new_cache.ignore_translations = known_translations()
             if new_cache.ignore_translations != cache.ignore_translations:
                 new_cache.dirty = True
-        # What the restore that may follow under the same lock plans and updates from.
         self._scanned_cache = new_cache
-        if not defer_cache_write:
-            self._save_deferred_cache()
         return result
 
     def _save_cache(self, cache: StatCache) -> None:
@@ -333,9 +413,9 @@ class Checkpoints:
             write_stat_cache(self._cache_path, cache)
         cache.dirty = False  # saved: saving it again would change nothing
 
-    def _save_deferred_cache(self) -> None:
-        if self._scanned_cache is not None and self._scanned_cache.dirty:
-            self._save_cache(self._scanned_cache)
+    def _save_if_dirty(self, cache: StatCache) -> None:
+        if cache.dirty:
+            self._save_cache(cache)
 
     def create(self, *, label: str | None = None, reason: str | None = None,
                turn_id: str | None = None, message_id: str | None = None,
@@ -357,13 +437,12 @@ class Checkpoints:
         self._after_commit(event)
         return record
 
-    def _scan_record(self, covered: Sequence[RelPath] | None, progress: ProgressFn | None, *,
-                     defer_cache_write: bool = False,
+    def _scan_record(self, covered: Sequence[RelPath] | None, progress: ProgressFn | None,
                      **fields: Any) -> tuple[CheckpointRecord, Event]:
         """Scan, and make the record of what was seen (its objects durable), not committed."""
         started = time.monotonic()
         created_at = self._clock()
-        result = self._scan(covered, progress, defer_cache_write=defer_cache_write)
+        result = self._scan(covered, progress)
         parent = self.catalog.latest(session=self.session, root=self.root)
         duration = _ms(time.monotonic() - started)
         record = CheckpointRecord(
@@ -489,12 +568,12 @@ class Checkpoints:
             pre: CheckpointRecord | None = None
             if save and not dry_run:
                 pre, pre_event = self._scan_record(
-                    covered, progress, defer_cache_write=True,
+                    covered, progress,
                     label=f"before restore to {target.id}", reason="pre-restore", turn_id=None,
                     message_id=None, tool_call_id=None, summary=None, metadata={})
                 current = pre.tree
             else:
-                current = self._scan(covered, progress, defer_cache_write=True).tree
+                current = self._scan(covered, progress).tree
             intent = RestoreIntent(
                 checkpoint=target.id, tree=target.tree, scope=target.scope,
                 covered=target.paths, absent_parents=target.absent_parents,
@@ -607,12 +686,11 @@ class Checkpoints:
         except BaseException:
             remove_staging(intent.staging)
             raise
-        # What the apply replaced is freed while the cache learns what it wrote.
+        # Bookkeeping (see `_writing`): the cache learns what was written while what the apply
+        # replaced is freed.
         staging_removed = remove_staging_soon(intent.staging)
-        try:
-            self._update_cache(applied, intent.tree)
-        finally:
-            staging_removed()
+        self._jobs += [partial(self._update_cache, applied, intent.tree, self._current_cache()),
+                       staging_removed]
         return applied
 
     def _report(self, target: CheckpointRecord, plan: RestorePlan, applied: ApplyReport,
@@ -631,12 +709,11 @@ class Checkpoints:
                              applied.bytes_written, pre, discarded, False, plan,
                              tuple(applied.conflicts), _ms(time.monotonic() - started))
 
-    def _update_cache(self, applied: ApplyReport, target: ObjectId) -> None:
-        """Teach the stat cache what was written, so the next snapshot does not read it, and
-        which directories now hold `target`'s trees, so that it does not rebuild them."""
+    def _update_cache(self, applied: ApplyReport, target: ObjectId, cache: StatCache) -> None:
+        """Teach `cache` what was written, so the next snapshot does not read it, and which
+        directories now hold `target`'s trees, so that it does not rebuild them; save it."""
         if not applied.written_files and not applied.removed_paths:
             return
-        cache = self._current_cache()
         record_restore(cache, self.objects.get_tree, target,
                        [(w.path, int(w.kind), w.stat, w.ref) for w in applied.written_files],
                        applied.removed_paths, applied.dir_stats, time.time_ns())
@@ -662,15 +739,39 @@ class Checkpoints:
         return intent
 
     def _complete_interrupted_restore(self) -> RestoreReport | None:
+        """Finish a killed restore of this root, if any, its bookkeeping included: the call
+        that follows reads the stat cache it saves."""
         intent = self._pending_intent()
         if intent is None:
+            self._remove_leftover_staging()
             return None
+        report = self._resume(intent)
+        self._settle_now(quiet=False)
+        return report
+
+    def _remove_leftover_staging(self) -> None:
+        """Remove staging directories that no journal names: a restore's journal is closed
+        before what it replaced is freed (see `_writing`), so a kill in between, or a disk
+        error while freeing, leaves one. The root lock is held: no restore of this root is
+        running. (One in the workspace, for a store on another file system, is left.)"""
+        try:
+            names = [n for n in os.listdir(self._root_dir) if n.startswith("staging-")]
+        except OSError:
+            return
+        if names:
+            from checkpoints.restore import remove_staging  # noqa: PLC0415 (see the imports)
+
+            for name in names:
+                remove_staging(os.fsencode(os.path.join(self._root_dir, name)))
+
+    def _resume(self, intent: RestoreIntent) -> RestoreReport | None:
         if os.path.lexists(self._journal_path):  # an older ckpt's journal file: carried over
             self.catalog.journal_restore(self._root_key, encode_intent(intent))
             clear_intent(self._journal_path)
         from checkpoints.restore import remove_staging  # noqa: PLC0415 (see the imports)
 
         remove_staging(intent.staging)
+        self._remove_leftover_staging()
         try:
             target = self.get(intent.checkpoint)
         except UnknownCheckpoint:
@@ -694,6 +795,7 @@ class Checkpoints:
 
     def recover(self) -> RestoreReport | None:
         """Complete a restore that was killed; None when there was nothing to complete."""
+        self._finish_behind()
         with RootLock(os.path.join(self.store_dir, "gc.lock"), timeout=self.config.lock_timeout,
                       shared=True, purpose="recover"):
             with RootLock(os.path.join(self._root_dir, "lock"), timeout=self.config.lock_timeout,
@@ -730,6 +832,7 @@ class Checkpoints:
                            report.bytes_freed if report else 0)
 
     def gc(self, *, dry_run: bool = False, grace_seconds: float | None = None) -> GcReport:
+        self._finish_behind()
         with RootLock(os.path.join(self.store_dir, "gc.lock"), timeout=max(self.config.lock_timeout, 60.0),
                       purpose="gc"):
             grace = self.config.gc_grace_seconds if grace_seconds is None else grace_seconds
@@ -775,6 +878,7 @@ class Checkpoints:
         os.replace(temp, path)
 
     def fsck(self, *, full: bool = False) -> CheckReport:
+        self._finish_behind()
         records = self.catalog.history(session=None)
         from checkpoints.reports import CheckReport  # noqa: PLC0415 (see the imports)
         from objstore.fsck import check_store  # noqa: PLC0415 (off the start-up path)

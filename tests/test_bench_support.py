@@ -308,6 +308,13 @@ def test_compare_runs_the_api_in_process_beside_git(tree: Path, tmp_path: Path,
         ratio = api["steps"][step]["seconds"] / git["steps"][step]["seconds"]
         assert summary[step]["ratios"] == {"ckpt-api": [ratio]}
         assert summary[step]["median_ratio"] == {"ckpt-api": ratio}
+        # Until settled: the call and its bookkeeping, never less than the call alone.
+        settled = api["steps"][step]["settled_seconds"]
+        assert settled >= api["steps"][step]["seconds"]
+        assert summary[step]["ckpt-api"]["median_settled_s"] == settled
+        if step != "init":
+            assert summary[step]["ckpt-api"]["median_settled_ratio"] == \
+                settled / git["steps"][step]["seconds"]
     steps = api["steps"]
     assert steps["first_snapshot"]["report"]["files"] == len(regular_files(tree))  # no symlink
     assert steps["no_change_snapshot"]["report"]["hashed"] == 0
@@ -327,6 +334,7 @@ def test_compare_runs_the_api_in_process_beside_git(tree: Path, tmp_path: Path,
     assert peaks == sorted(peaks)
     table = capsys.readouterr().out
     assert "ckpt-api/git" in table and "cumulative" in table
+    assert "ckpt-api until settled" in table
     assert report["copies_deleted_between_rounds"] == 0
     assert list(scratch.iterdir()) == []  # worker gone, scratch removed
 

@@ -320,7 +320,9 @@ def test_after_a_restore_the_next_checkpoint_reads_nothing_whole(
 
 
 def _cache_files(cp: Checkpoints) -> dict[str, tuple[int, int]]:
-    """(inode, mtime) of the stat cache's files (its base and delta) that exist."""
+    """(inode, mtime) of the stat cache's files (its base and delta) that exist, once the last
+    call's bookkeeping has saved them."""
+    cp.settle()
     found = {}
     for path in (cp._cache_path, cp._cache_path + ".delta"):
         with suppress(FileNotFoundError):
@@ -380,12 +382,14 @@ def test_a_restore_of_some_paths_gives_no_directory_a_tree_id_it_does_not_hold(
     cp.create()
     time.sleep(2 * RACY_WINDOW_NS / 1e9)
     cp.restore(first.id, paths=[work.path(paths[0])])  # d0 keeps its other edits
+    cp.settle()  # the cache is saved after the restore returns
     cache = read_stat_cache(cp._cache_path, gc_generation=cp._gc_generation())
     first_d0 = cp.objects.get_tree(first.tree).find(b"d0")
     assert first_d0 is not None and cache.dirs[b"d0"].tree != first_d0.oid
     after = cp.create()
     assert after.tree == cold_scan(cp.root, tmp_path / "cold") != first.tree
     cp.restore(first.id)
+    cp.settle()  # the cache is saved after the restore returns
     cache = read_stat_cache(cp._cache_path, gc_generation=cp._gc_generation())
     assert cache.dirs[b"d0"].tree == first_d0.oid and cache.dirs[b""].tree == first.tree
     assert cp.create().tree == first.tree

@@ -1,0 +1,153 @@
+"""What a call leaves to do after it returns: the stat cache's update and save, freeing what a
+restore replaced (`Checkpoints._writing`). Its contracts: the locks are held until it is done,
+the next call and `close` wait for it, a failure in it is raised once by whichever waits, an
+interpreter that exits without `close` still finishes it, and a staging directory that it
+could not remove is removed by the next call.
+
+Real temp directories and real locks throughout; the only injected faults are a cache save
+that raises or blocks (a patched `write_stat_cache`), standing for a full disk or a slow one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
+
+from checkpoints import service as service_module
+from checkpoints.errors import StoreBusy
+from checkpoints.service import Checkpoints
+from checkpoints.statcache import RACY_WINDOW_NS, read_stat_cache, write_stat_cache
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> str:
+    root = os.path.realpath(tmp_path / "ws")
+    for index in range(6):
+        h.write_file(root, f"pkg{index % 2}/mod{index}.py", b"original %d\n" % index * 40)
+    time.sleep(2 * RACY_WINDOW_NS / 1e9)  # settled: what a snapshot sees is not racy
+    return root
+
+
+@pytest.fixture
+def cp(root: str) -> Iterator[Checkpoints]:
+    with Checkpoints.init(root) as service:
+        yield service
+
+
+def _turn(root: str) -> None:
+    h.write_file(root, "pkg0/mod0.py", b"edited by the turn\n")
+    h.write_file(root, "pkg1/new.py", b"added by the turn\n")
+    os.unlink(os.path.join(root, "pkg1", "mod1.py"))
+
+
+def test_after_settle_the_cache_knows_what_the_restore_wrote_and_staging_is_gone(
+        cp: Checkpoints, root: str) -> None:
+    first = cp.create()
+    model = h.tree_state(root)
+    _turn(root)
+    cp.create()
+    cp.restore(first.id)
+    assert h.tree_state(root) == model  # the workspace is done when restore returns
+    cp.settle()
+    assert h.staging_left(cp.store_dir, root) == []
+    cache = read_stat_cache(cp._cache_path, gc_generation=cp._gc_generation())
+    assert cache.dirs[b""].tree == first.tree  # the restore's tree ids were adopted and saved
+    assert cp.create().stats.hashed == 0
+
+
+def test_the_locks_are_held_until_the_bookkeeping_is_done(
+        cp: Checkpoints, root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    cp.create()
+    changed = h.write_file(root, "pkg0/mod0.py", b"changed\n")
+    os.utime(changed, ns=(time.time_ns() - 10**9,) * 2)  # not racy: the next scan trusts it
+    release, saving = threading.Event(), threading.Event()
+
+    def slow_save(path: str, cache: object) -> None:
+        saving.set()
+        assert release.wait(30)
+        write_stat_cache(path, cache)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(service_module, "write_stat_cache", slow_save)
+    cp.create()  # returns with its cache's save still to do
+    assert saving.wait(30)
+    with Checkpoints.open(root) as other:
+        other.config = dataclasses.replace(other.config, lock_timeout=0.2)
+        with pytest.raises(StoreBusy):
+            other.create()
+        release.set()
+        cp.settle()
+        assert other.create().stats.hashed == 0  # the lock is free, and the cache was saved
+
+
+def test_a_failed_save_is_raised_once_by_the_next_call_and_costs_nothing_else(
+        cp: Checkpoints, root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = cp.create()
+    model = h.tree_state(root)
+    _turn(root)
+    turn = cp.create()
+
+    def full_disk(path: str, cache: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    monkeypatch.setattr(service_module, "write_stat_cache", full_disk)
+    report = cp.restore(first.id)
+    assert h.tree_state(root) == model and report.written + report.deleted > 0
+    monkeypatch.undo()
+    assert cp.catalog.restore_journals() == []  # the restore itself was complete and closed
+    assert [r.id for r in cp.history()][-3:-1] == [first.id, turn.id]  # queries wait for nothing
+    with pytest.raises(OSError) as caught:
+        cp.create()
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == cp._cache_path
+    again = cp.create()  # raised once: the next call works, from the cache saved before
+    assert again.tree == first.tree
+
+
+def test_close_raises_what_failed_behind(root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    cp = Checkpoints.init(root)
+    cp.create()
+    h.write_file(root, "pkg0/mod0.py", b"changed\n")
+
+    def broken(path: str, cache: object) -> None:
+        raise OSError(errno.EIO, "Input/output error", path)
+
+    monkeypatch.setattr(service_module, "write_stat_cache", broken)
+    cp.create()
+    with pytest.raises(OSError) as caught:
+        cp.close()
+    assert caught.value.errno == errno.EIO
+    monkeypatch.undo()
+    with Checkpoints.open(root) as again:  # closed all the same: the store opens and works
+        assert again.create().stats.hashed == 1
+
+
+def test_an_interpreter_that_exits_without_close_still_saves_the_cache(root: str) -> None:
+    Checkpoints.init(root).close()
+    script = ("import sys\nfrom checkpoints.service import Checkpoints\n"
+              "cp = Checkpoints.open(sys.argv[1])\ncp.create()\n")  # no close, no settle
+    done = subprocess.run([sys.executable, "-c", script, root], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    with Checkpoints.open(root) as cp:
+        assert cp.create().stats.hashed == 0
+
+
+def test_a_staging_directory_no_journal_names_is_removed_by_the_next_call(
+        cp: Checkpoints, root: str) -> None:
+    cp.create()
+    leftover = os.path.join(cp._root_dir, "staging-00112233aabb")
+    os.mkdir(leftover)
+    for name in ("0", "1", "removed-1"):
+        with open(os.path.join(leftover, name), "wb") as out:
+            out.write(b"what a killed restore replaced\n")
+    cp.create()
+    assert h.staging_left(cp.store_dir, root) == []
