@@ -278,6 +278,9 @@ class Checkpoints:
             return
 
         def run() -> None:
+            # Let the caller have the GIL back first: `start` waits until this thread runs, and
+            # this thread would otherwise keep the GIL for a whole switch interval (5 ms).
+            time.sleep(0)
             try:
                 with _cyclic_gc_paused():  # for the reason the call itself pauses it
                     self._behind_error = _run_all(jobs)

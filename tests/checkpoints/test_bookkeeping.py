@@ -68,6 +68,7 @@ def test_after_settle_the_cache_knows_what_the_restore_wrote_and_staging_is_gone
 def test_the_locks_are_held_until_the_bookkeeping_is_done(
         cp: Checkpoints, root: str, monkeypatch: pytest.MonkeyPatch) -> None:
     cp.create()
+    cp.settle()  # (so that only the next call's save meets the patched writer)
     changed = h.write_file(root, "pkg0/mod0.py", b"changed\n")
     os.utime(changed, ns=(time.time_ns() - 10**9,) * 2)  # not racy: the next scan trusts it
     release, saving = threading.Event(), threading.Event()
@@ -95,6 +96,7 @@ def test_a_failed_save_is_raised_once_by_the_next_call_and_costs_nothing_else(
     model = h.tree_state(root)
     _turn(root)
     turn = cp.create()
+    cp.settle()
 
     def full_disk(path: str, cache: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", path)
@@ -115,6 +117,7 @@ def test_a_failed_save_is_raised_once_by_the_next_call_and_costs_nothing_else(
 def test_close_raises_what_failed_behind(root: str, monkeypatch: pytest.MonkeyPatch) -> None:
     cp = Checkpoints.init(root)
     cp.create()
+    cp.settle()
     h.write_file(root, "pkg0/mod0.py", b"changed\n")
 
     def broken(path: str, cache: object) -> None:
