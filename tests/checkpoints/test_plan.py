@@ -6,6 +6,7 @@ loader handed to `plan_restore` counts which trees it is asked for.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import pytest
@@ -347,3 +348,10 @@ def test_identical_entries_skipped_in_bulk_plan_exactly_as_one_by_one(
             continue
         assert bulk == plan_restore(store.get_tree, old, new, reserved=reserved,
                                     keep=(b"zz/never",))
+
+
+def test_the_bulk_comparison_knows_every_field_of_an_entry() -> None:
+    """`_Builder._count_identical` compares entries field by field (name, kind, oid, target,
+    size), not with their __eq__: a field added to TreeEntry must be added there too."""
+    assert [f.name for f in dataclasses.fields(TreeEntry)] == ["name", "kind", "oid", "target",
+                                                                "size"]
