@@ -75,6 +75,11 @@ if TYPE_CHECKING:
     from objstore.gc import GcReport
 
 Clock = Callable[[], datetime]
+# A scan that hashed, or a restore that wrote, more files than this does its bookkeeping where
+# it used to, before the commit: its stat cache is big, and saving that on another thread raised
+# the peak RSS of a Linux-source first snapshot from 173 to 198 MiB (the thread's big buffers
+# come from a malloc arena of its own), while the call's own seconds dwarf the save.
+BEHIND_MAX_FILES = 2000
 Listener = Callable[[Event], None]
 STORE_NAME = ".ckpt"
 
@@ -236,8 +241,9 @@ class Checkpoints:
         freeing what a restore replaced) is queued in `_jobs` and done once the call's own work
         is done and durable, on a thread that keeps both locks until it has finished: the call
         returns meanwhile (a stdlib restore ~11 ms sooner), and the next call on this service,
-        or `close`, waits for it first (`_finish_behind`). A call that fails does its jobs
-        before raising, quietly: what its scan learnt still holds.
+        or `close`, waits for it first (`_finish_behind`). A bulky call (`BEHIND_MAX_FILES`)
+        does them before its commit, as a failure would; one that fails does them before
+        raising, quietly: what its scan learnt still holds.
         """
         self._finish_behind()
         with ExitStack() as locks:
@@ -409,6 +415,8 @@ class Checkpoints:
             if new_cache.ignore_translations != cache.ignore_translations:
                 new_cache.dirty = True
         self._scanned_cache = new_cache
+        if result.hashed > BEHIND_MAX_FILES:
+            self._save_if_dirty(new_cache)
         return result
 
     def _save_cache(self, cache: StatCache) -> None:
@@ -692,8 +700,14 @@ class Checkpoints:
         # Bookkeeping (see `_writing`): the cache learns what was written while what the apply
         # replaced is freed.
         staging_removed = remove_staging_soon(intent.staging)
-        self._jobs += [partial(self._update_cache, applied, intent.tree, self._current_cache()),
-                       staging_removed]
+        update = partial(self._update_cache, applied, intent.tree, self._current_cache())
+        if len(applied.written_files) + len(applied.removed_paths) <= BEHIND_MAX_FILES:
+            self._jobs += [update, staging_removed]
+            return applied
+        try:  # bulky: before the journal is closed, so a failure leaves it for the next call
+            update()
+        finally:
+            staging_removed()
         return applied
 
     def _report(self, target: CheckpointRecord, plan: RestorePlan, applied: ApplyReport,

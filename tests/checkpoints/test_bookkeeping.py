@@ -154,3 +154,53 @@ def test_a_staging_directory_no_journal_names_is_removed_by_the_next_call(
             out.write(b"what a killed restore replaced\n")
     cp.create()
     assert h.staging_left(cp.store_dir, root) == []
+
+
+def test_a_bulky_call_does_its_bookkeeping_before_its_commit(
+        cp: Checkpoints, root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past BEHIND_MAX_FILES files hashed, a snapshot saves its (big) cache before its commit,
+    as it always did: a failure to save is the call's own, and no checkpoint is recorded."""
+    monkeypatch.setattr(service_module, "BEHIND_MAX_FILES", 3)
+    first = cp.create()  # 6 files hashed: bulky
+    assert read_stat_cache(cp._cache_path, gc_generation=0).dirs[b""].tree == first.tree
+    _turn(root)  # 2 files hashed: not bulky, saved behind
+    cp.create()
+    assert cp._behind is not None
+    cp.settle()
+
+    def full_disk(path: str, cache: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    for index in range(6):
+        h.write_file(root, f"pkg0/more{index}.py", b"more %d\n" % index)
+    count = len(cp.history())
+    monkeypatch.setattr(service_module, "write_stat_cache", full_disk)
+    with pytest.raises(OSError) as caught:
+        cp.create()
+    assert caught.value.errno == errno.ENOSPC and len(cp.history()) == count
+    monkeypatch.undo()
+    cp.settle()  # nothing left to raise
+    assert cp.create().stats.files == 12 and len(cp.history()) == count + 1
+
+
+def test_a_bulky_restore_does_its_bookkeeping_before_closing_its_journal(
+        cp: Checkpoints, root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service_module, "BEHIND_MAX_FILES", 3)
+    first = cp.create()
+    model = h.tree_state(root)
+    for index in range(6):
+        h.write_file(root, f"pkg1/gen{index}.py", b"generated\n")
+    cp.create()
+
+    def full_disk(path: str, cache: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    monkeypatch.setattr(service_module, "write_stat_cache", full_disk)
+    with pytest.raises(OSError):
+        cp.restore(first.id)  # 6 removals: bulky
+    assert h.tree_state(root) == model  # applied, then the save failed
+    assert cp.catalog.restore_journals() != []  # left for the next call, which ends it
+    monkeypatch.undo()
+    assert cp.recover() is not None
+    assert cp.catalog.restore_journals() == [] and h.staging_left(cp.store_dir, root) == []
+    assert h.tree_state(root) == model
