@@ -262,10 +262,11 @@ class Checkpoints:
             self._settle_behind(locks.pop_all())
 
     def _take_jobs(self) -> builtins.list[Callable[[], None]]:
-        """The queued bookkeeping, then the save of the scan's stat cache; the queue is emptied."""
+        """The queued bookkeeping, then the save of the scan's stat cache if it changed (a
+        restore's update, queued before, saves what it changes itself); the queue is emptied."""
         jobs, self._jobs = self._jobs, []
         cache, self._scanned_cache = self._scanned_cache, None
-        if cache is not None:
+        if cache is not None and cache.dirty:
             jobs.append(partial(self._save_if_dirty, cache))
         return jobs
 
