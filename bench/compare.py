@@ -796,6 +796,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CorpusError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if args.scratch is not None:  # a fresh directory per run is the advice (bench/README.md)
+        args.scratch.mkdir(parents=True, exist_ok=True)
     scratch_root = Path(tempfile.mkdtemp(prefix="ckpt-compare-", dir=args.scratch))
     print(f"corpus {corpus.name} at {corpus.path}; scratch {scratch_root}", file=sys.stderr)
     runs: list[dict[str, Any]] = []

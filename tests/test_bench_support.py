@@ -295,8 +295,7 @@ def test_summary_pairs_each_ckpt_variant_with_git_by_round() -> None:
 def test_compare_runs_the_api_in_process_beside_git(tree: Path, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "report.json"
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
+    scratch = tmp_path / "scratch" / "new"  # made by the run
     assert main(["--corpus", str(tree), "--rounds", "1", "--tools", "ckpt-api,git",
                  "--install", "current", "--json", str(out), "--scratch", str(scratch)]) == 0
     report = json.loads(out.read_text())
