@@ -11,9 +11,10 @@
  * removes the directory, all without the GIL, so that a thread can free what a restore
  * replaced while the caller goes on. It never descends into (or removes) a subdirectory.
  *
- * This file knows nothing of plans, staging layouts or stores: checkpoints/restore.py is its
- * only caller, and has a pure-Python fallback for either function (plain rename; unlinking
- * on the caller's thread) when this extension is not built or the system lacks the call.
+ * This file knows nothing of plans, staging layouts or stores: checkpoints/restore.py calls
+ * both, checkpoints/statcache.py `exchange` (to swap a saved cache in), and each has a
+ * pure-Python fallback (plain rename; unlinking on the caller's thread) when this extension
+ * is not built or the system lacks the call.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
