@@ -104,12 +104,12 @@ def test_a_failed_save_is_raised_once_by_the_next_call_and_costs_nothing_else(
     monkeypatch.setattr(service_module, "write_stat_cache", full_disk)
     report = cp.restore(first.id)
     assert h.tree_state(root) == model and report.written + report.deleted > 0
-    monkeypatch.undo()
     assert cp.catalog.restore_journals() == []  # the restore itself was complete and closed
     assert [r.id for r in cp.history()][-3:-1] == [first.id, turn.id]  # queries wait for nothing
     with pytest.raises(OSError) as caught:
-        cp.create()
+        cp.create()  # waits for the restore's save (which may not have run yet) and raises
     assert caught.value.errno == errno.ENOSPC and caught.value.filename == cp._cache_path
+    monkeypatch.undo()
     again = cp.create()  # raised once: the next call works, from the cache saved before
     assert again.tree == first.tree
 
