@@ -266,16 +266,20 @@ class Catalog:
             time.sleep(0.005)
 
     def _check_version(self) -> int:
-        version = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
-        app_id = int(self._conn.execute("PRAGMA application_id").fetchone()[0])
+        # One statement, so one snapshot: read apart, another process creating the catalog
+        # could commit between the version (still 0) and the tables (there), which read as
+        # a foreign catalog (seen in CI: test_two_processes_creating_one_new_catalog...).
+        version, app_id, tables = self._conn.execute(
+            "SELECT (SELECT user_version FROM pragma_user_version),"
+            " (SELECT application_id FROM pragma_application_id),"
+            " (SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%')").fetchone()
+        version, app_id = int(version), int(app_id)
         if app_id not in (0, APPLICATION_ID) or (version and app_id != APPLICATION_ID):
             raise CatalogCorrupt(self.path, f"not a ckpt catalog (application_id {app_id:#x})")
         if version > SCHEMA_VERSION:
             raise CatalogCorrupt(self.path, f"catalog schema version {version} is newer than "
                                  f"this ckpt supports ({SCHEMA_VERSION}); upgrade ckpt")
-        if version == 0 and self._conn.execute(
-                "SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'"
-                ).fetchone()[0]:
+        if version == 0 and tables:
             raise CatalogCorrupt(self.path, "not a ckpt catalog (unversioned tables)")
         return version
 
