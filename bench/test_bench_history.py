@@ -61,6 +61,7 @@ def test_long_session(benchmark: Any, bench_scale: float, tmp_path: Path,
     copy_tree(shape.path, work)
     cp = make_checkpoints(work, store, max_file_size=0)
     start = cp.create(label="session start")
+    cp.settle()  # its stat cache is saved after it returns: measure the store once it is
     start_size = measure_tree(store)
     files = [p for p in list_captured_files(work) if not (work / p).is_symlink()]
     seeds = itertools.count(1)
@@ -90,6 +91,7 @@ def test_long_session(benchmark: Any, bench_scale: float, tmp_path: Path,
         record = records[-1]
         assert record.stats.hashed == len(turn.edits) + len(turn.adds)
         assert record.parent == (records[-2].id if len(records) > 1 else start.id)
+        cp.settle()
         size = (measure_tree(store).allocated_bytes,
                 measure_tree(store / "objects").allocated_bytes)
         growth.append(size[0] - sizes[-1][0])
