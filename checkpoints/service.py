@@ -75,10 +75,11 @@ if TYPE_CHECKING:
     from objstore.gc import GcReport
 
 Clock = Callable[[], datetime]
-# A scan that hashed, or a restore that wrote, more files than this does its bookkeeping where
-# it used to, before the commit: its stat cache is big, and saving that on another thread raised
-# the peak RSS of a Linux-source first snapshot from 173 to 198 MiB (the thread's big buffers
-# come from a malloc arena of its own), while the call's own seconds dwarf the save.
+# A call whose scan hashed, or whose restore wrote, more files than this is bulky: it does its
+# bookkeeping where it always did (a snapshot before its commit, a restore before closing its
+# journal, else as the call ends): its stat cache is big, and saving that on another thread
+# raised the peak RSS of a Linux-source first snapshot from 173 to 198 MiB (the thread's big
+# buffers come from a malloc arena of its own), while the call's own seconds dwarf the save.
 BEHIND_MAX_FILES = 2000
 Listener = Callable[[Event], None]
 STORE_NAME = ".ckpt"
@@ -169,6 +170,7 @@ class Checkpoints:
         self._jobs: builtins.list[Callable[[], None]] = []
         self._behind: threading.Thread | None = None  # the last call's bookkeeping, if running
         self._behind_error: BaseException | None = None
+        self._bulky = False  # this call's bookkeeping is not left to the thread (BEHIND_MAX_FILES)
 
     # -- opening -------------------------------------------------------------------------
 
@@ -201,7 +203,7 @@ class Checkpoints:
 
     def close(self) -> None:
         try:
-            self._finish_behind()
+            self.settle()
         finally:
             self._close_stores()
 
@@ -241,11 +243,12 @@ class Checkpoints:
         freeing what a restore replaced) is queued in `_jobs` and done once the call's own work
         is done and durable, on a thread that keeps both locks until it has finished: the call
         returns meanwhile (a stdlib restore ~11 ms sooner), and the next call on this service,
-        or `close`, waits for it first (`_finish_behind`). A bulky call (`BEHIND_MAX_FILES`)
-        does them before its commit, as a failure would; one that fails does them before
-        raising, quietly: what its scan learnt still holds.
+        or `close`, waits for it first (`settle`). A bulky call does them where it always did
+        (`BEHIND_MAX_FILES`); one that fails does them before raising, quietly: what its scan
+        learnt still holds.
         """
-        self._finish_behind()
+        self.settle()
+        self._bulky = False
         with ExitStack() as locks:
             locks.enter_context(RootLock(os.path.join(self.store_dir, "gc.lock"),
                                          timeout=self.config.lock_timeout, shared=True,
@@ -256,6 +259,8 @@ class Checkpoints:
                 with _cyclic_gc_paused():
                     self._complete_interrupted_restore()
                     yield
+                    if self._bulky:
+                        self._settle_now(quiet=False)
             except BaseException:
                 self._settle_now(quiet=True)
                 raise
@@ -299,7 +304,7 @@ class Checkpoints:
             thread.start()
         except RuntimeError:  # no thread to be had: do it here
             run()
-            self._finish_behind()
+            self.settle()
             return
         self._behind = thread
 
@@ -307,9 +312,6 @@ class Checkpoints:
         """Wait until the bookkeeping of the last call is done: its stat cache saved, what a
         restore replaced freed (the next call, and `close`, wait for it anyway). Raises what
         failed in it, such as a cache that could not be saved, once."""
-        self._finish_behind()
-
-    def _finish_behind(self) -> None:
         thread, self._behind = self._behind, None
         if thread is not None:
             thread.join()
@@ -416,8 +418,7 @@ class Checkpoints:
             if new_cache.ignore_translations != cache.ignore_translations:
                 new_cache.dirty = True
         self._scanned_cache = new_cache
-        if result.hashed > BEHIND_MAX_FILES:
-            self._save_if_dirty(new_cache)
+        self._bulky = self._bulky or result.hashed > BEHIND_MAX_FILES
         return result
 
     def _save_cache(self, cache: StatCache) -> None:
@@ -445,6 +446,8 @@ class Checkpoints:
     def _snapshot(self, covered: Sequence[RelPath] | None, progress: ProgressFn | None,
                   **fields: Any) -> CheckpointRecord:
         record, event = self._scan_record(covered, progress, **fields)
+        if self._bulky:  # its cache saved before the commit (BEHIND_MAX_FILES)
+            self._settle_now(quiet=False)
         self.catalog.add_checkpoint(record, event=event)
         self._after_commit(event)
         return record
@@ -702,10 +705,12 @@ class Checkpoints:
         # replaced is freed.
         staging_removed = remove_staging_soon(intent.staging)
         update = partial(self._update_cache, applied, intent.tree, self._current_cache())
-        if len(applied.written_files) + len(applied.removed_paths) <= BEHIND_MAX_FILES:
+        self._bulky = self._bulky or (
+            len(applied.written_files) + len(applied.removed_paths) > BEHIND_MAX_FILES)
+        if not self._bulky:
             self._jobs += [update, staging_removed]
             return applied
-        try:  # bulky: before the journal is closed, so a failure leaves it for the next call
+        try:  # before the journal is closed, so a failure leaves it for the next call
             update()
         finally:
             staging_removed()
@@ -760,8 +765,8 @@ class Checkpoints:
         """Finish a killed restore of this root, if any, its bookkeeping included: the call
         that follows reads the stat cache it saves."""
         intent = self._pending_intent()
+        self._remove_leftover_staging()
         if intent is None:
-            self._remove_leftover_staging()
             return None
         report = self._resume(intent)
         self._settle_now(quiet=False)
@@ -788,8 +793,7 @@ class Checkpoints:
             clear_intent(self._journal_path)
         from checkpoints.restore import remove_staging  # noqa: PLC0415 (see the imports)
 
-        remove_staging(intent.staging)
-        self._remove_leftover_staging()
+        remove_staging(intent.staging)  # (in the workspace, for a store on another file system)
         try:
             target = self.get(intent.checkpoint)
         except UnknownCheckpoint:
@@ -813,7 +817,7 @@ class Checkpoints:
 
     def recover(self) -> RestoreReport | None:
         """Complete a restore that was killed; None when there was nothing to complete."""
-        self._finish_behind()
+        self.settle()
         with RootLock(os.path.join(self.store_dir, "gc.lock"), timeout=self.config.lock_timeout,
                       shared=True, purpose="recover"):
             with RootLock(os.path.join(self._root_dir, "lock"), timeout=self.config.lock_timeout,
@@ -850,7 +854,7 @@ class Checkpoints:
                            report.bytes_freed if report else 0)
 
     def gc(self, *, dry_run: bool = False, grace_seconds: float | None = None) -> GcReport:
-        self._finish_behind()
+        self.settle()
         with RootLock(os.path.join(self.store_dir, "gc.lock"), timeout=max(self.config.lock_timeout, 60.0),
                       purpose="gc"):
             grace = self.config.gc_grace_seconds if grace_seconds is None else grace_seconds
@@ -896,7 +900,7 @@ class Checkpoints:
         os.replace(temp, path)
 
     def fsck(self, *, full: bool = False) -> CheckReport:
-        self._finish_behind()
+        self.settle()
         records = self.catalog.history(session=None)
         from checkpoints.reports import CheckReport  # noqa: PLC0415 (see the imports)
         from objstore.fsck import check_store  # noqa: PLC0415 (off the start-up path)

@@ -204,3 +204,25 @@ def test_a_bulky_restore_does_its_bookkeeping_before_closing_its_journal(
     assert cp.recover() is not None
     assert cp.catalog.restore_journals() == [] and h.staging_left(cp.store_dir, root) == []
     assert h.tree_state(root) == model
+
+
+def test_a_restore_whose_scan_was_bulky_saves_its_cache_once_before_it_returns(
+        cp: Checkpoints, root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pre-restore scan that hashed past BEHIND_MAX_FILES makes the restore bulky: its big
+    cache is saved once, by the update before the journal is closed, and not on the thread
+    (nor first by the scan and then again by the update)."""
+    monkeypatch.setattr(service_module, "BEHIND_MAX_FILES", 3)
+    first = cp.create()
+    for index in range(6):
+        h.write_file(root, f"pkg1/gen{index}.py", b"generated %d\n" % index)
+    cp.settle()
+    saves: list[str] = []
+
+    def counted(path: str, cache: object) -> None:
+        saves.append(path)
+        write_stat_cache(path, cache)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(service_module, "write_stat_cache", counted)
+    report = cp.restore(first.id)  # the pre-restore scan hashes the 6 new files
+    assert report.deleted == 6
+    assert cp._behind is None and saves == [cp._cache_path]
