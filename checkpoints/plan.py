@@ -131,12 +131,13 @@ class _Builder:
         directories (~18k entries on the Linux source) of which only a few entries differ.
         (Only in full mode without `only` or `keep` paths, where no entry has a rule.)"""
         # Field by field inline: TreeEntry's own __eq__ is a Python call per entry (~1 ms of a
-        # stdlib restore, whose top directory and `test/` hold ~700 entries).
+        # stdlib restore, whose top directory and `test/` hold ~700 entries). Most are one
+        # object on both sides: a scan reuses the unchanged entries of the tree it rebuilds.
         get = old_entries.get
         same = {name for name, entry in new_entries.items()
-                if (old := get(name)) is not None and old.oid == entry.oid
-                and old.kind is entry.kind and old.size == entry.size
-                and old.target == entry.target}  # the name is the key: every field compared
+                if (old := get(name)) is entry or (
+                    old is not None and old.oid == entry.oid and old.kind is entry.kind
+                    and old.size == entry.size and old.target == entry.target)}
         same.discard(_GIT)  # left to `compare_dirs`, which refuses it
         for reserved in self.reserved:
             parent, _, name = reserved.rpartition(b"/")

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import operator
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -460,8 +461,8 @@ def record_restored(cache: StatCache, written: Iterable[tuple[bytes, int, StatLi
     return cleared
 
 
-def row_name(row: Row) -> bytes:
-    return row[NAME]  # type: ignore[no-any-return]
+# A row's name, as a sort key: a C callable, since sorting a directory's rows calls it per row.
+row_name: Callable[[Row], bytes] = operator.itemgetter(NAME)
 
 
 def leaf_counts(cache: StatCache) -> dict[bytes, int]:

@@ -214,10 +214,10 @@ def iter_decode_object(stream: BinaryIO, oid: ObjectId | None) -> Iterator[bytes
 
 
 def encode_tree(tree: Tree) -> bytes:
-    rows = []
-    for entry in tree.entries:
-        ref: bytes | None = entry.target if entry.kind is EntryKind.SYMLINK else entry.oid
-        rows.append((entry.name, int(entry.kind), ref, entry.size))
+    # The kind goes as the IntEnum itself: msgpack packs an int subclass as the int.
+    symlink = EntryKind.SYMLINK
+    rows = [(e.name, e.kind, e.target if e.kind is symlink else e.oid, e.size)
+            for e in tree.entries]
     return msgpack.packb((TREE_FORMAT, rows), use_bin_type=True)  # type: ignore[no-any-return]
 
 

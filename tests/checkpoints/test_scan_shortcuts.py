@@ -355,6 +355,41 @@ def test_unchanged_directories_are_taken_whole_from_the_cache(cp: Checkpoints, w
         (b"d3/e/f4.txt", "M"), (b"d3/e/new.txt", "A")}
 
 
+def test_a_rebuilt_directory_reuses_only_the_entries_that_are_still_true(
+        tmp_path: Path, worktree_at: Any) -> None:
+    """A scan rebuilding a directory whose old tree the store holds decoded reuses its
+    unchanged entries: one that changed its content at the same size, its mode, its kind,
+    or a subdirectory's id, is made anew (the tree equals a scan without a cache)."""
+    work = worktree_at(tmp_path / "ws")
+    for name in ("same", "content", "mode", "kind"):
+        work.write(f"d/{name}", b"0123456789")
+    work.write("d/sub/file", b"below")
+    with closing(ObjectStore.init(str(tmp_path / "store"))) as store:
+        _settle()
+        before, cache = _scan(work.root, store, StatCache())
+        old = store.get_tree(before.tree).find(b"d")
+        assert old is not None and old.oid is not None
+        assert store.cached_tree(old.oid) is not None  # built by this store: reused below
+        work.write("d/content", b"9876543210")
+        os.chmod(work.path("d/mode"), 0o755)
+        os.unlink(work.path("d/kind"))
+        os.symlink("same", work.path("d/kind"))
+        work.write("d/sub/file", b"BELOW")
+        _settle()
+        old_entries = {e.name: e for e in store.get_tree(old.oid).entries}
+        warm, _ = _scan(work.root, store, cache)
+        new = store.get_tree(warm.tree).find(b"d")
+        assert new is not None and new.oid is not None
+        new_entries = {e.name: e for e in store.get_tree(new.oid).entries}
+        cold, _ = _scan(work.root, store, StatCache())
+        assert warm.tree == cold.tree != before.tree
+        assert new_entries[b"same"] is old_entries[b"same"]
+        for name in (b"content", b"mode", b"kind", b"sub"):
+            assert new_entries[name] != old_entries[name], name
+        assert new_entries[b"mode"].kind is EntryKind.EXECUTABLE
+        assert new_entries[b"kind"].kind is EntryKind.SYMLINK
+
+
 def _names_at(store: ObjectStore, tree: Any, path: bytes) -> list[bytes]:
     for name in path.split(b"/"):
         entry = store.get_tree(tree).find(name)

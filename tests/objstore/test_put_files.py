@@ -110,6 +110,28 @@ def test_put_files_of_stored_content_is_not_new(tmp_path: Path, content: Content
     store.close()
 
 
+def _compress_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("objstore-compress")]
+
+
+def test_put_files_of_one_batch_compresses_it_without_a_thread(
+        tmp_path: Path, content: Content) -> None:
+    files = tmp_path / "few"
+    files.mkdir()
+    blobs = [content("text", 20_000, i) for i in range(5)]
+    paths = [write(files / f"f{i}", blob) for i, blob in enumerate(blobs)]
+    store = ObjectStore.init(str(tmp_path / "store"))
+    results = store.put_files(paths, threads=2)
+    first = next(results)  # the batch is written by now; a pool would still be running
+    assert _compress_threads() == []
+    rest = list(results)
+    for blob, result in zip(blobs, [first, *rest]):
+        assert isinstance(result, PutResult) and result.is_new
+        assert result.stored_bytes < len(blob) // 2  # compressed all the same
+        assert store.get_bytes(result.oid) == blob
+    store.close()
+
+
 def test_put_files_many_batches_stay_in_order_and_in_packs(
     tmp_path: Path, content: Content
 ) -> None:
@@ -120,7 +142,10 @@ def test_put_files_many_batches_stay_in_order_and_in_packs(
     blobs += [content("random", 700_000, 99)] * 5  # batches closed by size, duplicates across
     paths = [write(files / f"f{i}", blob) for i, blob in enumerate(blobs)]
     store = ObjectStore.init(str(tmp_path / "store"))
-    results = list(store.put_files(paths, threads=2))
+    stream = store.put_files(paths, threads=2)
+    results = [next(stream)]
+    assert _compress_threads()  # more than a batch: compressed beside the reading
+    results += stream
     assert [r.oid for r in results] == [hash_bytes(b) for b in blobs]  # type: ignore[union-attr]
     assert sum(r.is_new for r in results) == count + 1  # type: ignore[union-attr]
     store.close()
