@@ -172,6 +172,7 @@ class _Scanner:
         self.new_cache.settings = options.settings
         self.rebuilt_dirs = 0
         self.settled_listings = 0
+        self.settled_rows = 0  # files read that the next scan may trust without reading
         self.dirs_unchanged = 0
         self._verified: dict[bytes, bool] = {}
         self.root_rules: RulesFactory = _no_rules
@@ -504,6 +505,7 @@ class _Scanner:
             row[2:7] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode]
             row[REF] = result.oid
             row[RACY] = st.st_mtime_ns >= self._settled_before
+            self.settled_rows += not row[RACY]
             if result.is_new:
                 self.new_objects += 1
                 self.new_bytes += result.stored_bytes
@@ -688,8 +690,11 @@ def scan_workspace(
     order = scanner.walk(top)
     hashed = scanner.hash_all()
     scanner.build(order)
+    # A file read again that keeps its directory's tree id (touched, or saved with the same
+    # bytes) is worth a save too: otherwise every later scan reads it again.
     scanner.new_cache.dirty = bool(
-        scanner.rebuilt_dirs or scanner.settled_listings or cache.needs_verification
+        scanner.rebuilt_dirs or scanner.settled_listings or scanner.settled_rows
+        or cache.needs_verification
         or len(cache.dirs) != len(scanner.new_cache.dirs) or cache.settings != options.settings
     )
     return scanner.result(top, hashed, ()), scanner.new_cache

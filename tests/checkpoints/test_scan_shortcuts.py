@@ -390,6 +390,29 @@ def test_a_rebuilt_directory_reuses_only_the_entries_that_are_still_true(
         assert new_entries[b"kind"].kind is EntryKind.SYMLINK
 
 
+@pytest.mark.parametrize("store_inside", [True, False])
+def test_a_file_touched_but_unchanged_is_read_once(tmp_path: Path, worktree_at: Any,
+                                                   store_inside: bool) -> None:
+    """A touch (or an editor's save of the same bytes) moves a file's stat but not the tree:
+    the scan that reads it again must remember the new stat, or every later scan reads it.
+    (A store inside the root changes the root's listing on every checkpoint.)"""
+    work = worktree_at(tmp_path / "ws")
+    for f in range(5):
+        work.write(f"d/e/f{f}.txt", b"content %d" % f)
+    cp = Checkpoints.init(tmp_path / "ws", None if store_inside else tmp_path / "store")
+    _settle()
+    first = cp.create()
+    _settle()
+    os.utime(work.path("d/e/f2.txt"))
+    _settle()
+    second = cp.create()
+    assert second.tree == first.tree and second.stats.hashed == 1
+    _settle()
+    third = cp.create()
+    assert third.tree == first.tree and third.stats.hashed == 0
+    cp.close()
+
+
 def _names_at(store: ObjectStore, tree: Any, path: bytes) -> list[bytes]:
     for name in path.split(b"/"):
         entry = store.get_tree(tree).find(name)
