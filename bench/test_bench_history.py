@@ -110,11 +110,9 @@ def test_long_session(benchmark: Any, bench_scale: float, tmp_path: Path,
     assert len(records) == count == len(cp_history(work, store))
     tenth = max(1, count // 10)
     early, late = statistics.median(seconds[:tenth]), statistics.median(seconds[-tenth:])
-    # Loose on purpose (shared, noisy machines): catches cost growing with the timeline. Only
-    # when timing is the point of the run: CI runs the benches with timing off, on a few
-    # checkpoints, where scheduler noise alone could fail it.
-    if not benchmark.disabled:
-        assert late <= 3 * early + 0.05, f"checkpoints slowed from {early:.3f}s to {late:.3f}s"
+    # Times are reported (first and last tenth below), never asserted: machines here are
+    # noisy. That the work per checkpoint does not grow with the timeline is what `check`
+    # asserts of every one: it reads exactly the files its turn wrote.
     # A small turn must add about what it changed, far less than the tree's first snapshot.
     assert statistics.median(growth) < 0.05 * start_size.allocated_bytes
     benchmark.extra_info.update(

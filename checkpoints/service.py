@@ -873,24 +873,42 @@ class Checkpoints:
 
     def _sweep_temporaries(self, older_than: float) -> int:
         """Remove what a kill between writing and renaming left of the store's own small files
-        (stat caches, journals, the gc generation): nobody writes them while gc holds its
-        exclusive lock, so the age limit is only a second guard."""
+        (stat caches, journals, the gc generation), and the staging directories that no
+        journal names (a kill after a restore closed its journal, on a root that no call has
+        used since: the next write call on a root removes its own). Nobody writes them while
+        gc holds its exclusive lock, so the age limit is only a second guard."""
+        from checkpoints.restore import remove_staging  # noqa: PLC0415 (see the imports)
+
         store = glob.escape(self.store_dir)
-        return sum(remove_if_older(path, older_than)
-                   for path in (glob.glob(os.path.join(store, "roots", "*", "*.tmp-*"))
-                                + glob.glob(os.path.join(store, "gc-generation.tmp-*"))))
+        swept = sum(remove_if_older(path, older_than)
+                    for path in (glob.glob(os.path.join(store, "roots", "*", "*.tmp-*"))
+                                 + glob.glob(os.path.join(store, "gc-generation.tmp-*"))))
+        journaled = {intent.staging for intent in self._journaled_intents()}
+        for path in glob.glob(os.path.join(store, "roots", "*", "staging-*")):
+            staging = os.fsencode(path)
+            try:
+                if staging in journaled or os.stat(staging).st_mtime >= older_than:
+                    continue
+            except FileNotFoundError:
+                continue
+            remove_staging(staging)
+            swept += 1
+        return swept
 
     def _journaled_trees(self) -> builtins.list[ObjectId]:
         """Targets of killed restores (any root of this store) not yet completed: live for gc,
         even if their record was pruned meanwhile, or completing them would fail for good.
         A damaged journal raises: gc must not guess what is still needed."""
-        trees = [decode_intent(data, self.catalog.path, root).tree
-                 for root, data in self.catalog.restore_journals()]
+        return [intent.tree for intent in self._journaled_intents()]
+
+    def _journaled_intents(self) -> builtins.list[RestoreIntent]:
+        intents = [decode_intent(data, self.catalog.path, root)
+                   for root, data in self.catalog.restore_journals()]
         for path in glob.glob(os.path.join(glob.escape(self.store_dir), "roots", "*", "journal")):
             intent = read_intent(path)
             if intent is not None:
-                trees.append(intent.tree)
-        return trees
+                intents.append(intent)
+        return intents
 
     def _bump_gc_generation(self) -> None:
         path = os.path.join(self.store_dir, "gc-generation")

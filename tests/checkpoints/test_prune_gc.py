@@ -264,11 +264,23 @@ def test_gc_sweeps_temporaries_a_kill_left_of_caches_and_journals(root: str, ser
     young = os.path.join(root_dirs[0], "statcache.tmp-fffffff0")
     with open(young, "wb") as out:
         out.write(b"being written, as far as gc can tell")
+    # A restore's staging directory that no journal names (killed after its journal was
+    # closed), on a root no call has used since; and one too young to tell.
+    old_staging, young_staging = (os.path.join(root_dirs[0], f"staging-{token}")
+                                  for token in ("0123456789ab", "ba9876543210"))
+    for staging in (old_staging, young_staging):
+        os.mkdir(staging)
+        for name in ("0", "1"):
+            with open(os.path.join(staging, name), "wb") as out:
+                out.write(b"staged or replaced")
+    os.utime(old_staging, (1, 1))
 
     assert service.gc(dry_run=True).temporaries_removed == 0
     assert all(os.path.exists(p) for p in leftovers)
+    assert os.path.exists(old_staging)
     report = service.gc(grace_seconds=60)
-    assert report.temporaries_removed == 3
+    assert report.temporaries_removed == 4
     assert not any(os.path.exists(p) for p in leftovers) and os.path.exists(young)
+    assert not os.path.exists(old_staging) and sorted(os.listdir(young_staging)) == ["0", "1"]
     assert os.path.exists(os.path.join(root_dirs[0], "statcache"))  # the real files stay
     assert service.create().tree == first.tree  # and snapshots go on

@@ -218,7 +218,9 @@ def test_gc_after_a_killed_restore_keeps_what_completing_it_needs(root: str) -> 
         # Prune and collect do not take the root lock: the target's record and every object
         # only it referenced become garbage while the restore still needs them.
         assert list(cp.prune(reason="old", collect=False).removed) == [target]
+        staged = h.staging_left(cp.store_dir, root)
         cp.gc(grace_seconds=0)
+        assert h.staging_left(cp.store_dir, root) == staged  # the journal names it: kept
     with open_service(root) as cp:
         cp.recover()
         assert h.tree_state(root) == model
