@@ -845,6 +845,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(scratch_root, ignore_errors=True)
+    if args.keep:  # a Linux run keeps ~16 GB: easy to forget until the next run fills the disk
+        print(f"kept {sum(size for _, size in kept) / 1e9:.1f} GB of copies and stores in "
+              f"{scratch_root}: delete them when done, then wait a few minutes before "
+              "measuring again (bench/README.md)", file=sys.stderr)
     file_entries = [e for e in baseline.values() if e.kind != "dir"]
     report: dict[str, Any] = {
         "corpus": {"name": corpus.name, "path": str(corpus.path), "origin": corpus.origin,

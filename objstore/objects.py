@@ -88,7 +88,6 @@ def make_entry(name: bytes, kind: EntryKind, oid: ObjectId | None, target: bytes
     return entry
 
 
-_ID_KINDS = frozenset((EntryKind.FILE, EntryKind.EXECUTABLE, EntryKind.TREE))
 _DOT_NAMES = frozenset((b".", b".."))
 
 
