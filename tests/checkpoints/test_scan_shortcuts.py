@@ -289,6 +289,32 @@ def test_a_walk_reports_exactly_the_directories_that_differ_from_what_is_known(
         (b"", dirlisting.scan_dirs_python([top])[0])]
 
 
+@native_only
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
+@pytest.mark.parametrize("cpus", ["all", "one"])
+def test_a_walk_and_a_scan_on_helpers_kept_off_the_callers_cpu_or_not(
+        tmp_path: Path, cpus: str) -> None:
+    """The native helpers run anywhere but on the caller's CPU when the thread may use
+    others, and wherever the scheduler puts them when it may use one only: the same walk."""
+    for index in range(300):
+        path = tmp_path / f"t/d{index % 11}/e{index % 5}/f{index}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"y" * index)
+    top = os.fsencode(tmp_path / "t")
+    known = _known_table(tmp_path / "t")
+    (tmp_path / "t/d4/e4/f4").write_bytes(b"changed")
+    allowed = os.sched_getaffinity(0)
+    try:
+        if cpus == "one":
+            os.sched_setaffinity(0, {min(allowed)})
+        reports, unchanged = _walk_both([(b"", top, True)], known, 4)
+        dirs = [top + b"/d%d" % i for i in range(11)]
+        assert dirlisting._native_scan_dirs(dirs, 4) == dirlisting.scan_dirs_python(dirs)
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert [key for key, _ in reports] == [b"d4/e4"] and len(unchanged) == len(known) - 1
+
+
 @pytest.mark.parametrize("names", [b"..", b".", b"e0/..", b"", b"e0\0\0e1", b"e0\0.."])
 def test_a_damaged_known_entry_never_leads_the_walk_out_of_the_tree(
         tmp_path: Path, names: bytes) -> None:
