@@ -247,15 +247,21 @@ def _walk_both(starts: list[tuple[bytes, bytes, bool]], known: dict[bytes, list[
     return sorted(python[0]), sorted(python[1])
 
 
+def _files_in_two_levels(top: Path, count: int, *, dirs: int,
+                         subdirs: int) -> tuple[bytes, dict[bytes, list[bytes]]]:
+    """`count` files f<i> in top/d<i % dirs>/e<i % subdirs>, f<i> holding i bytes; returns
+    the top as bytes and the known table of it."""
+    for index in range(count):
+        path = top / f"d{index % dirs}/e{index % subdirs}/f{index}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * index)
+    return os.fsencode(top), _known_table(top)
+
+
 @pytest.mark.parametrize("threads", [1, 2, 5])
 def test_a_walk_reports_exactly_the_directories_that_differ_from_what_is_known(
         tmp_path: Path, threads: int) -> None:
-    for index in range(200):
-        path = tmp_path / f"t/d{index % 9}/e{index % 4}/f{index}"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"x" * index)
-    top = os.fsencode(tmp_path / "t")
-    known = _known_table(tmp_path / "t")
+    top, known = _files_in_two_levels(tmp_path / "t", 200, dirs=9, subdirs=4)
     reports, unchanged = _walk_both([(b"", top, True)], known, threads)
     assert reports == [] and sorted(unchanged) == sorted(known)  # all of it, walked in C alone
 
@@ -296,12 +302,7 @@ def test_a_walk_and_a_scan_on_helpers_kept_off_the_callers_cpu_or_not(
         tmp_path: Path, cpus: str) -> None:
     """The native helpers run anywhere but on the caller's CPU when the thread may use
     others, and wherever the scheduler puts them when it may use one only: the same walk."""
-    for index in range(300):
-        path = tmp_path / f"t/d{index % 11}/e{index % 5}/f{index}"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"y" * index)
-    top = os.fsencode(tmp_path / "t")
-    known = _known_table(tmp_path / "t")
+    top, known = _files_in_two_levels(tmp_path / "t", 300, dirs=11, subdirs=5)
     (tmp_path / "t/d4/e4/f4").write_bytes(b"changed")
     allowed = os.sched_getaffinity(0)
     try:
