@@ -47,13 +47,13 @@ from checkpoints.statcache import (
     NAME,
     NOT_SETTLED,
     RACY,
-    RACY_WINDOW_NS,
     REF,
     SIZE,
     DirRecord,
     Row,
     StatCache,
     StatLike,
+    is_racy,
     make_row,
     record_restored,
     row_name,
@@ -176,7 +176,6 @@ class _Scanner:
         self.dirs_unchanged = 0
         self._verified: dict[bytes, bool] = {}
         self.root_rules: RulesFactory = _no_rules
-        self._settled_before = scan_start_ns - RACY_WINDOW_NS
         # Whole-directory shortcuts need ids that surely exist and rows made under these rules.
         self.shortcuts = not cache.needs_verification and cache.settings == options.settings
         self._nodes: dict[bytes, _Dir] = {}
@@ -341,9 +340,10 @@ class _Scanner:
         assert node.listing is not None
         cached_rows = {row[NAME]: row for row in cached.rows} if cached is not None else {}
         entries = list(iter_listing(node.listing))
-        settled = self._settled_before
+        start = self.start_ns
         ignores: list[object] = [
-            list(entry) if max(entry.st_mtime_ns, entry.st_ctime_ns) < settled else NOT_SETTLED
+            NOT_SETTLED if is_racy(max(entry.st_mtime_ns, entry.st_ctime_ns), start)
+            else list(entry)
             for entry in entries if entry.name in _IGNORE_FILES
         ]
         node.ignores = ignores
@@ -504,7 +504,7 @@ class _Scanner:
             # Remember the stat of the content actually stored, not the earlier lstat.
             row[2:7] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode]
             row[REF] = result.oid
-            row[RACY] = st.st_mtime_ns >= self._settled_before
+            row[RACY] = is_racy(st.st_mtime_ns, self.start_ns)
             self.settled_rows += not row[RACY]
             if result.is_new:
                 self.new_objects += 1
@@ -633,7 +633,7 @@ class _Scanner:
         if node.listing is None or not node.clean or NOT_SETTLED in node.ignores:
             return b"", None
         racy = [row[NAME] for row in rows if row[RACY]]
-        if not racy and node.newest < self._settled_before:
+        if not racy and not is_racy(node.newest, self.start_ns):
             return node.listing, None
         return b"", [node.listing, racy]
 

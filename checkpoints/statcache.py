@@ -7,7 +7,8 @@ unchanged directory is not even re-encoded; and the directory's whole listing as
 directory whose listing is unchanged is recognised by one comparison, its rows not even decoded
 (they stay packed until something asks for them). Racy rule (as git's): a row whose mtime is not
 safely older than the scan that hashed it is marked racy and re-hashed next time, so a
-same-size rewrite within one timestamp tick is still caught. A directory with racy files keeps
+same-size rewrite within one timestamp tick is still caught (`is_racy`: a tick is the kernel
+clock's on most file systems, whole seconds on some). A directory with racy files keeps
 its listing aside with their names (`recheck`), and so does one a restore wrote into (with the
 names it touched): the next scan compares the directory's listing with it and looks only at
 the entries that differ and at those names, keeping the tree id if they read as before. Where
@@ -57,6 +58,19 @@ CACHE_VERSION = 6  # 2: checksum trailer; 3: listings, packed rows, settings; 4:
 # Timestamps come from a coarse kernel clock (a jiffy, up to 10 ms at HZ=100): a file whose
 # mtime is this close to the scan start could still change without its mtime moving.
 RACY_WINDOW_NS = 20_000_000
+# Some file systems keep whole seconds only (ext4 with 128-byte inodes, HFS+) or two (FAT's
+# mtime): a timestamp of whole seconds gets a window of two seconds and the clock's lag. (One
+# from a fine file system is a whole second once in 10^9: it is then trusted 2 s later.)
+COARSE_RACY_WINDOW_NS = 2_000_000_000 + RACY_WINDOW_NS
+_SECOND_NS = 1_000_000_000
+
+
+def is_racy(timestamp_ns: int, scan_start_ns: int) -> bool:
+    """Whether a file (or a listing) stamped `timestamp_ns` could still change without its
+    stamp moving, as seen by a scan that started at `scan_start_ns` (time.time_ns())."""
+    if timestamp_ns % _SECOND_NS:
+        return timestamp_ns >= scan_start_ns - RACY_WINDOW_NS
+    return timestamp_ns >= scan_start_ns - COARSE_RACY_WINDOW_NS
 
 # Row layout (lists, because msgpack returns lists and they are compared field by field).
 NAME, KIND, SIZE, MTIME, CTIME, INO, MODE, REF, RACY = range(9)
@@ -302,7 +316,7 @@ def same_stat(row: Row, kind: int, st: StatLike) -> bool:
 
 
 def make_row(name: bytes, kind: int, st: StatLike, ref: bytes, scan_start_ns: int) -> Row:
-    racy = st.st_mtime_ns >= scan_start_ns - RACY_WINDOW_NS
+    racy = is_racy(st.st_mtime_ns, scan_start_ns)
     return [name, kind, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, ref, racy]
 
 

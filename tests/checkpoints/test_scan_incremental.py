@@ -25,6 +25,7 @@ from checkpoints.ignore import IgnoreRules
 from checkpoints.scan import ScanOptions, _Scanner, scan_workspace
 from checkpoints.service import Checkpoints
 from checkpoints.statcache import (
+    COARSE_RACY_WINDOW_NS,
     CTIME,
     INO,
     MODE,
@@ -39,7 +40,8 @@ from checkpoints.statcache import (
 from objstore import ObjectStore
 from objstore.walk import walk_reachable
 
-PAST_NS = 1_600_000_000 * 10**9
+# A fine-grained file system's stamps (not whole seconds: see statcache.is_racy).
+PAST_NS = 1_600_000_000 * 10**9 + 123_456_789
 
 
 def _populate(work: Any, dirs: int = 10, per_dir: int = 20) -> list[bytes]:
@@ -151,6 +153,29 @@ def test_same_tick_rewrite_is_rehashed_because_its_row_is_racy(tmp_path: Path,
         assert _content(store, second.tree, b"f.txt") == b"BBBB"
         # Hashed long after its mtime, the row is settled now.
         assert next(r for r in cache.dirs[b""].rows if r[NAME] == b"f.txt")[RACY] is False
+
+
+def test_a_stamp_of_whole_seconds_is_racy_for_two_seconds(tmp_path: Path,
+                                                          worktree_at: Any) -> None:
+    """A file system that keeps whole seconds (ext4 with 128-byte inodes, HFS+; FAT keeps two)
+    gives a same-size rewrite a second later the same stamp: such a stamp is trusted only two
+    seconds (and the clock's lag) after it, where a fine one is after 20 ms."""
+    ws = tmp_path / "ws"
+    work = worktree_at(ws)
+    root = os.fsencode(ws)
+    whole = 1_600_000_000 * 10**9
+    work.write("coarse.txt", b"AAAA", mtime_ns=whole)
+    work.write("fine.txt", b"aaaa", mtime_ns=whole + 1)
+    with closing(ObjectStore.init(str(tmp_path / "store"))) as store:
+        first, cache = _scan(root, store, StatCache(), whole + 1_500_000_000)
+        rows = {r[NAME]: r for r in cache.dirs[b""].rows}
+        assert rows[b"coarse.txt"][RACY] is True and rows[b"fine.txt"][RACY] is False
+        second, cache = _scan(root, store, cache, whole + 1_600_000_000)
+        assert second.hashed == 1  # the coarse one, again
+        third, cache = _scan(root, store, cache, whole + COARSE_RACY_WINDOW_NS + 1)
+        assert third.hashed == 1  # settled by this read
+        fourth, _ = _scan(root, store, cache, whole + COARSE_RACY_WINDOW_NS + 2)
+        assert fourth.hashed == 0 and fourth.tree == first.tree
 
 
 def test_settled_row_with_unchanged_stat_is_trusted_without_reading(tmp_path: Path,
