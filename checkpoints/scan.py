@@ -571,10 +571,7 @@ class _Scanner:
                 files += child.files
                 leaves = -1 if leaves < 0 or child.leaves < 0 else leaves + child.leaves
                 row = [name, _TREE, child.size, 0, 0, 0, 0, child.tree, False]
-                entry = previous.get(name)
-                if entry is None or entry.oid != child.tree or entry.size != child.size \
-                        or entry.kind is not _TREE_KIND:
-                    entry = make_entry(name, _TREE_KIND, child.tree, None, child.size)
+                entry = _entry(previous, name, _TREE_KIND, child.tree, child.size)
             elif kind == _TOMB:
                 entry = TreeEntry(name, EntryKind.TOMBSTONE)
             elif row[REF] is None:  # could not be read: skipped (and reported) by the job
@@ -586,10 +583,7 @@ class _Scanner:
                 leaves += leaves >= 0
                 files += 1
                 size += row[SIZE]
-                entry = previous.get(name)
-                if entry is None or entry.oid != row[REF] or entry.size != row[SIZE] \
-                        or entry.kind is not _KIND_OF[kind]:
-                    entry = make_entry(name, _KIND_OF[kind], row[REF], None, row[SIZE])
+                entry = _entry(previous, name, _KIND_OF[kind], row[REF], row[SIZE])
             entries.append(entry)
             rows.append(row)
         self.rebuilt_dirs += 1
@@ -698,6 +692,16 @@ def scan_workspace(
         or len(cache.dirs) != len(scanner.new_cache.dirs) or cache.settings != options.settings
     )
     return scanner.result(top, hashed, ()), scanner.new_cache
+
+
+def _entry(previous: dict[bytes, TreeEntry], name: bytes, kind: EntryKind, oid: ObjectId,
+           size: int) -> TreeEntry:
+    """`make_entry(name, kind, oid, None, size)`, or the equal entry of `previous` (the tree a
+    rebuilt directory had) as it is."""
+    entry = previous.get(name)
+    if entry is None or entry.oid != oid or entry.size != size or entry.kind is not kind:
+        return make_entry(name, kind, oid, None, size)
+    return entry
 
 
 def _as_factory(rules: IgnoreRules | RulesFactory) -> RulesFactory:

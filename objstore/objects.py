@@ -70,14 +70,11 @@ _FILE, _EXECUTABLE, _TREE = EntryKind.FILE, EntryKind.EXECUTABLE, EntryKind.TREE
 
 def make_entry(name: bytes, kind: EntryKind, oid: ObjectId | None, target: bytes | None = None,
                size: int = 0) -> TreeEntry:
-    """`TreeEntry(name, kind, oid, target, size)`, validated the same way, in a third of the
-    time for the common entry (the generated constructor of a frozen dataclass sets each field
-    through a Python-level call and then calls __post_init__): for the hot loops that build or
-    decode whole trees. The check is `_common_entry`'s, inlined: a call is a fifth of it."""
-    if not ((kind is _FILE or kind is _TREE or kind is _EXECUTABLE)
-            and type(name) is bytes and type(oid) is bytes and len(oid) == OID_SIZE
-            and target is None and type(size) is int and 0 <= size < _SIZE_LIMIT
-            and name and b"/" not in name and b"\0" not in name and name not in _DOT_NAMES):
+    """`TreeEntry(name, kind, oid, target, size)`, validated the same way, in 0.7 of the time
+    for the common entry (1,500 entries: 1.9 vs 2.6 ms; the generated constructor of a frozen
+    dataclass sets each field through a Python-level call and then calls __post_init__): for
+    the hot loops that build or decode whole trees."""
+    if not _common_entry(name, kind, oid, target, size):
         return TreeEntry(name, kind, oid, target, size)
     entry: TreeEntry = _new_object(TreeEntry)
     _set_name(entry, name)
