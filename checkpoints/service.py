@@ -81,6 +81,8 @@ Clock = Callable[[], datetime]
 # raised the peak RSS of a Linux-source first snapshot from 173 to 198 MiB (the thread's big
 # buffers come from a malloc arena of its own), while the call's own seconds dwarf the save.
 BEHIND_MAX_FILES = 2000
+# roots/<key>/staging-<12 hex digits>: a restore's staging directory on the store's side.
+STAGING_PREFIX = "staging-"
 Listener = Callable[[Event], None]
 STORE_NAME = ".ckpt"
 
@@ -642,7 +644,7 @@ class Checkpoints:
         # removed is linked here: all on the root's filesystem.
         token = os.urandom(6).hex()
         if os.stat(self._root_dir).st_dev == os.stat(self.root).st_dev:
-            return os.fsencode(os.path.join(self._root_dir, f"staging-{token}"))
+            return os.fsencode(os.path.join(self._root_dir, STAGING_PREFIX + token))
         return self._root_b + b"/.ckpt-staging-" + token.encode()
 
     def _execute(self, intent: RestoreIntent, target: CheckpointRecord, plan: RestorePlan,
@@ -754,7 +756,7 @@ class Checkpoints:
             return None
         parent, _, name = intent.staging.rpartition(b"/")
         token = name.rpartition(b"-")[2]
-        ours = (parent == os.fsencode(self._root_dir) and name == b"staging-" + token) or (
+        ours = (parent == os.fsencode(self._root_dir) and name == os.fsencode(STAGING_PREFIX) + token) or (
             parent == self._root_b and name == b".ckpt-staging-" + token)
         if not (ours and len(token) == 12 and all(c in b"0123456789abcdef" for c in token)):
             raise CatalogCorrupt(where, f"restore journal of {self.root} names a staging "
@@ -778,7 +780,7 @@ class Checkpoints:
         error while freeing, leaves one. The root lock is held: no restore of this root is
         running. (One in the workspace, for a store on another file system, is left.)"""
         try:
-            names = [n for n in os.listdir(self._root_dir) if n.startswith("staging-")]
+            names = [n for n in os.listdir(self._root_dir) if n.startswith(STAGING_PREFIX)]
         except OSError:
             return
         if names:
@@ -858,7 +860,10 @@ class Checkpoints:
         with RootLock(os.path.join(self.store_dir, "gc.lock"), timeout=max(self.config.lock_timeout, 60.0),
                       purpose="gc"):
             grace = self.config.gc_grace_seconds if grace_seconds is None else grace_seconds
-            roots = self.catalog.tree_roots() + self._journaled_trees()
+            # Targets of killed restores not yet completed are live, even if their record was
+            # pruned meanwhile, or completing them would fail for good.
+            journaled = self._journaled_intents()
+            roots = self.catalog.tree_roots() + [intent.tree for intent in journaled]
             from objstore.gc import collect_garbage  # noqa: PLC0415 (off the start-up path)
 
             report = collect_garbage(self.objects, roots, grace_seconds=grace,
@@ -866,15 +871,16 @@ class Checkpoints:
             if report.objects_removed and not dry_run:
                 self._bump_gc_generation()
             if not dry_run:
-                swept = self._sweep_temporaries(time.time() - grace)
+                swept = self._sweep_temporaries(time.time() - grace,
+                                                {intent.staging for intent in journaled})
                 report = dataclasses.replace(
                     report, temporaries_removed=report.temporaries_removed + swept)
             return report
 
-    def _sweep_temporaries(self, older_than: float) -> int:
+    def _sweep_temporaries(self, older_than: float, journaled: set[bytes]) -> int:
         """Remove what a kill between writing and renaming left of the store's own small files
         (stat caches, journals, the gc generation), and the staging directories that no
-        journal names (a kill after a restore closed its journal, on a root that no call has
+        journal names (`journaled`: a kill after a restore closed its journal, on a root that no call has
         used since: the next write call on a root removes its own). Nobody writes them while
         gc holds its exclusive lock, so the age limit is only a second guard."""
         from checkpoints.restore import remove_staging  # noqa: PLC0415 (see the imports)
@@ -883,8 +889,7 @@ class Checkpoints:
         swept = sum(remove_if_older(path, older_than)
                     for path in (glob.glob(os.path.join(store, "roots", "*", "*.tmp-*"))
                                  + glob.glob(os.path.join(store, "gc-generation.tmp-*"))))
-        journaled = {intent.staging for intent in self._journaled_intents()}
-        for path in glob.glob(os.path.join(store, "roots", "*", "staging-*")):
+        for path in glob.glob(os.path.join(store, "roots", "*", STAGING_PREFIX + "*")):
             staging = os.fsencode(path)
             try:
                 if staging in journaled or os.stat(staging).st_mtime >= older_than:
@@ -895,13 +900,9 @@ class Checkpoints:
             swept += 1
         return swept
 
-    def _journaled_trees(self) -> builtins.list[ObjectId]:
-        """Targets of killed restores (any root of this store) not yet completed: live for gc,
-        even if their record was pruned meanwhile, or completing them would fail for good.
-        A damaged journal raises: gc must not guess what is still needed."""
-        return [intent.tree for intent in self._journaled_intents()]
-
     def _journaled_intents(self) -> builtins.list[RestoreIntent]:
+        """The journals of killed restores (any root of this store) not yet completed. A
+        damaged journal raises: gc must not guess what is still needed."""
         intents = [decode_intent(data, self.catalog.path, root)
                    for root, data in self.catalog.restore_journals()]
         for path in glob.glob(os.path.join(glob.escape(self.store_dir), "roots", "*", "journal")):
