@@ -756,7 +756,8 @@ class Checkpoints:
             return None
         parent, _, name = intent.staging.rpartition(b"/")
         token = name.rpartition(b"-")[2]
-        ours = (parent == os.fsencode(self._root_dir) and name == os.fsencode(STAGING_PREFIX) + token) or (
+        ours = (parent == os.fsencode(self._root_dir)
+                and name == os.fsencode(STAGING_PREFIX) + token) or (
             parent == self._root_b and name == b".ckpt-staging-" + token)
         if not (ours and len(token) == 12 and all(c in b"0123456789abcdef" for c in token)):
             raise CatalogCorrupt(where, f"restore journal of {self.root} names a staging "
@@ -880,9 +881,10 @@ class Checkpoints:
     def _sweep_temporaries(self, older_than: float, journaled: set[bytes]) -> int:
         """Remove what a kill between writing and renaming left of the store's own small files
         (stat caches, journals, the gc generation), and the staging directories that no
-        journal names (`journaled`: a kill after a restore closed its journal, on a root that no call has
-        used since: the next write call on a root removes its own). Nobody writes them while
-        gc holds its exclusive lock, so the age limit is only a second guard."""
+        journal names (not in `journaled`: a kill after a restore closed its journal, on a
+        root that no call has used since: the next write call on a root removes its own).
+        Nobody writes them while gc holds its exclusive lock, so the age limit is only a
+        second guard."""
         from checkpoints.restore import remove_staging  # noqa: PLC0415 (see the imports)
 
         store = glob.escape(self.store_dir)
