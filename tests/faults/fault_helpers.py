@@ -474,9 +474,10 @@ class SealableDisk:
 
     SIZE = 96 << 20
 
-    def __init__(self, mnt: str, fs: str = "ext4") -> None:
+    def __init__(self, mnt: str, fs: str = "ext4", mkfs_options: tuple[str, ...] = ()) -> None:
         self.mnt = mnt
         self.fs = fs
+        self.mkfs_options = mkfs_options  # more options for mkfs (ext4 -I 128: whole seconds)
         self.fd = -1
         self.loop = ""
         self.repairs = 0  # replacements whose filesystem e2fsck had to repair
@@ -507,7 +508,7 @@ class SealableDisk:
     def __enter__(self) -> SealableDisk:  # noqa: PYI034
         fd = os.memfd_create("ckpt-fault-disk", os.MFD_ALLOW_SEALING)
         os.ftruncate(fd, self.SIZE)
-        subprocess.run([f"mkfs.{self.fs}", "-q", "-F", "-b", "1024",
+        subprocess.run([f"mkfs.{self.fs}", "-q", "-F", "-b", "1024", *self.mkfs_options,
                         f"/proc/{os.getpid()}/fd/{fd}"], check=True, capture_output=True)
         self._attach(fd)
         return self

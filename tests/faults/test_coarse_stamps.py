@@ -9,11 +9,7 @@ Root only (a loop-mounted image); skipped where it cannot be mounted.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
@@ -21,41 +17,13 @@ import pytest
 
 from checkpoints.service import Checkpoints
 
-pytestmark = pytest.mark.skipif(
-    not (h.can_mount() and hasattr(os, "memfd_create") and shutil.which("losetup")
-         and shutil.which("mkfs.ext4")),
-    reason="needs root, memfd, losetup, mkfs.ext4")
-
-
-@contextmanager
-def whole_second_fs(mnt: Path) -> Iterator[Path]:
-    fd = os.memfd_create("ckpt-coarse-stamps")
-    os.ftruncate(fd, 32 << 20)
-    image = f"/proc/{os.getpid()}/fd/{fd}"
-    loop = ""
-    try:
-        subprocess.run(["mkfs.ext4", "-q", "-F", "-I", "128", image], check=True,
-                       capture_output=True)
-        loop = subprocess.run(["losetup", "-f", "--show", image], check=True,
-                              capture_output=True, text=True).stdout.strip()
-        mnt.mkdir(parents=True, exist_ok=True)
-        mounted = subprocess.run(["mount", "-t", "ext4", loop, str(mnt)], check=False,
-                                 capture_output=True)
-        if mounted.returncode:
-            pytest.skip(f"cannot mount a loop device here: {mounted.stderr.decode().strip()}")
-        try:
-            yield mnt
-        finally:
-            subprocess.run(["umount", str(mnt)], check=False, capture_output=True)
-    finally:
-        if loop:
-            subprocess.run(["losetup", "-d", loop], check=False, capture_output=True)
-        os.close(fd)
+pytestmark = pytest.mark.skipif(not h.SealableDisk.available(),
+                                reason="needs root, memfd, losetup, mkfs.ext4")
 
 
 def test_a_same_second_rewrite_on_a_whole_second_file_system_is_caught(tmp_path: Path) -> None:
-    with whole_second_fs(tmp_path / "mnt") as mnt:
-        root = mnt / "ws"
+    with h.SealableDisk(str(tmp_path / "mnt"), mkfs_options=("-I", "128")) as disk:
+        root = Path(disk.mnt) / "ws"
         root.mkdir()
         path = root / "a.txt"
         path.write_bytes(b"version-a")
