@@ -156,20 +156,23 @@ class ObjectStore:
 
         Built for a first snapshot of a large tree, where per-file work in a Python thread pool
         is dominated by GIL hand-offs: here the calling thread reads, hashes and stores, and
-        new objects are compressed in batches, `threads` batches at a time (0: one per CPU but
-        one, since this thread keeps a core busy), each on a native zstd thread that runs
-        without the GIL, overlapping the reading of the next batches. A result is yielded once
-        its object is written; memory stays bounded by a few batches per thread. Files above
-        `stream_threshold` stream through `put_file`'s path, in this thread.
+        new objects are compressed in batches by `threads` threads, this one included (0: one
+        per CPU). The others are a pool, each batch on a native zstd call that runs without
+        the GIL, overlapping the reading of the next batches; when the pool falls behind, this
+        thread compresses a batch no pool thread has started instead of waiting. A result is
+        yielded once its object is written; memory stays bounded by a few batches per thread.
+        Files above `stream_threshold` stream through `put_file`'s path, in this thread.
         """
         from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 (see the imports)
 
         level = self.options.compression_level
-        # By default a core is left to this thread, the critical path (with one batch split
-        # across the threads: Linux first snapshot, 2 cores, 11.5 s -> 10.4 s with 1 thread;
-        # with whole batches per thread, 1 or 2 threads measured the same: 6 alternating pairs,
-        # paired ratio 1.01).
-        workers = threads or max(1, (os.cpu_count() or 1) - 1)
+        # A pool thread per CPU but one, which this thread keeps busy reading and hashing, and
+        # this thread compresses when it is ahead. A pool of one per CPU put three busy threads
+        # on two cores: the kernel's fair share preempted this thread, the critical path, for
+        # 0.7 s of a Linux first snapshot (/proc schedstat), and a pool of one left it waiting
+        # 1 s for the compressor; compressing here rather than waiting (4 alternating pairs):
+        # wall 4.6-4.9 s -> 4.2-4.4 s.
+        workers = (threads or os.cpu_count() or 1) - 1
         # Whole batches side by side, one thread each, rather than one batch split across the
         # threads: a split batch left its threads idle at its tail and while the next one was
         # read (py-spy: the compressing thread waited a third of a Linux first snapshot, the
@@ -200,7 +203,7 @@ class ObjectStore:
                         if not statmod.S_ISREG(before.st_mode):
                             raise IsADirectoryError(f"not a regular file: {os.fsdecode(path)}")
                         if before.st_size > threshold:
-                            result = self._put_large(fd, path, before)
+                            result = self._put_large(fd, path, before, parallel=False)
                         else:
                             data = _read_small(fd, path, before)
                     finally:
@@ -208,7 +211,7 @@ class ObjectStore:
                 except (OSError, ContentChanged) as exc:
                     result = exc
                 if result is None:
-                    oid = hash_bytes(data)
+                    oid = hash_bytes(data, parallel=False)  # the cores are compressing
                     if oid in pending or refresh(oid):
                         result = PutResult(oid, len(data), False, 0, before)
                     else:
@@ -217,16 +220,16 @@ class ObjectStore:
                         slots.append(slot)
                         batch.add(oid, data, before, slot, level > 0 and len(data) > 64)
                         if batch.size >= _BATCH_BYTES or len(batch.items) >= _BATCH_ITEMS:
-                            if pool is None and level > 0:
+                            if pool is None and level > 0 and workers > 0:
                                 pool = ThreadPoolExecutor(
                                     workers, thread_name_prefix="objstore-compress")
-                            batch.submit(pool, level)
+                            if pool is None:
+                                batch.compress(level)
+                            else:
+                                batch.submit(pool, level)
                             inflight.append(batch)
                             batch = _Batch()
-                            while inflight and (
-                                len(inflight) > in_flight or inflight[0].done()
-                            ):
-                                self._write_batch(inflight.popleft(), pending)
+                            self._write_compressed(inflight, in_flight, level, pending)
                 if result is not None:
                     if not slots:
                         yield result
@@ -234,18 +237,27 @@ class ObjectStore:
                     slots.append([result])
                 while slots and slots[0][0] is not None:
                     yield slots.popleft()[0]
-            if pool is None:
-                batch.compress(level)
-            else:
-                batch.submit(pool, level)
+            batch.compress(level)  # the last one: no thread could start it sooner than this
             inflight.append(batch)
-            while inflight:
-                self._write_batch(inflight.popleft(), pending)
+            self._write_compressed(inflight, 0, level, pending)
             while slots:
                 yield slots.popleft()[0]
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+
+    def _write_compressed(self, inflight: deque[_Batch], keep: int, level: int,
+                          pending: set[ObjectId]) -> None:
+        """Write the oldest batches in order as they are compressed, until at most `keep` are
+        left. While the oldest is still compressing and more than `keep` are out, this thread
+        compresses the oldest batch no pool thread has started rather than wait."""
+        while inflight:
+            if not inflight[0].done():
+                if len(inflight) <= keep:
+                    return
+                if any(batch.take_back(level) for batch in inflight):
+                    continue
+            self._write_batch(inflight.popleft(), pending)
 
     def _write_batch(self, batch: _Batch, pending: set[ObjectId]) -> None:
         frames = batch.frames()
@@ -265,10 +277,12 @@ class ObjectStore:
             slot[0] = PutResult(oid, len(data), is_new, len(stored) if is_new else 0, before)
             pending.discard(oid)
 
-    def _put_large(self, fd: int, path: str | bytes, before: os.stat_result) -> PutResult:
+    def _put_large(self, fd: int, path: str | bytes, before: os.stat_result, *,
+                   parallel: bool = True) -> PutResult:
         # Hash first (BLAKE3 is ~10x faster than zstd), so content already stored costs no
         # compression; the second pass re-hashes and refuses to store if the file changed.
-        hasher = StreamHasher()
+        # `parallel`: see StreamHasher (put_files hashes on its thread alone).
+        hasher = StreamHasher(parallel=parallel)
         for chunk in _iter_chunks(fd):
             hasher.update(chunk)
         oid = hasher.digest()
@@ -279,7 +293,7 @@ class ObjectStore:
         written = 0
 
         def checked_chunks() -> Iterator[bytes]:
-            rehash = StreamHasher()
+            rehash = StreamHasher(parallel=parallel)
             os.lseek(fd, 0, os.SEEK_SET)
             for chunk in _iter_chunks(fd):
                 rehash.update(chunk)
@@ -442,6 +456,14 @@ class _Batch:
         """Compress here, in the calling thread."""
         if self.inputs and level > 0:
             self._frames = codec.compress_batch(self.inputs, level, 1)
+
+    def take_back(self, level: int) -> bool:
+        """Compress here if no pool thread has started on this batch: whether it did."""
+        if self._future is None or not self._future.cancel():
+            return False
+        self._future = None
+        self.compress(level)
+        return True
 
     def done(self) -> bool:
         return self._future is None or self._future.done()

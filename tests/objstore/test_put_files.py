@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from objstore import ContentChanged, ObjectStore, PutResult, StoreOptions, codec, hash_bytes
+from objstore import (
+    ContentChanged,
+    ObjectStore,
+    ObjstoreError,
+    PutResult,
+    StoreOptions,
+    codec,
+    hash_bytes,
+)
 from objstore import store as store_module
 from objstore.pack import PackedBackend
 
@@ -157,6 +165,62 @@ def test_put_files_many_batches_stay_in_order_and_in_packs(
     store.close()
 
 
+def _numbered_files(tmp_path: Path, content: Content, count: int) -> tuple[list[bytes], list[bytes]]:
+    files = tmp_path / "numbered"
+    files.mkdir()
+    blobs = [content("text", 300 + i % 97, i) + i.to_bytes(4, "little") for i in range(count)]
+    return [write(files / f"f{i}", blob) for i, blob in enumerate(blobs)], blobs
+
+
+def _assert_stored_in_order(store: ObjectStore, results: list[object], blobs: list[bytes]) -> None:
+    assert [r.oid for r in results] == [hash_bytes(b) for b in blobs]  # type: ignore[attr-defined]
+    for blob, result in zip(blobs, results):
+        assert store.get_bytes(result.oid) == blob  # type: ignore[attr-defined]
+
+
+def test_put_files_compresses_here_what_a_stalled_pool_has_not_started(
+    tmp_path: Path, content: Content, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pool's one thread is held on its first batch until the calling thread, finding the
+    # pool behind, compresses a queued batch itself; whichever thread compressed each batch,
+    # the results and the stored objects keep the input order.
+    paths, blobs = _numbered_files(tmp_path, content, store_module._BATCH_ITEMS * 8 + 3)
+    caller = threading.get_ident()
+    helped = threading.Event()
+    by_caller: list[int] = []
+    real = codec.compress_batch
+
+    def compress_batch(items: list[bytes], level: int, threads: int) -> object:
+        if threading.get_ident() == caller:
+            by_caller.append(len(items))
+            helped.set()
+        else:
+            helped.wait(timeout=60)
+        return real(items, level, threads)
+
+    monkeypatch.setattr(codec, "compress_batch", compress_batch)
+    store = ObjectStore.init(str(tmp_path / "store"))
+    results = list(store.put_files(paths, threads=2))
+    assert len(by_caller) >= 2  # a batch taken back from the pool, and the last one
+    _assert_stored_in_order(store, results, blobs)
+    store.close()
+    store = ObjectStore.open(str(tmp_path / "store"))
+    _assert_stored_in_order(store, results, blobs)
+    store.close()
+
+
+def test_put_files_on_one_thread_starts_no_thread(tmp_path: Path, content: Content) -> None:
+    paths, blobs = _numbered_files(tmp_path, content, store_module._BATCH_ITEMS * 3 + 1)
+    store = ObjectStore.init(str(tmp_path / "store"))
+    stream = store.put_files(paths, threads=1)
+    results = [next(stream)]
+    assert _compress_threads() == []
+    results += stream
+    assert all(r.stored_bytes < 300 for r in results)  # type: ignore[union-attr]
+    _assert_stored_in_order(store, results, blobs)
+    store.close()
+
+
 def test_put_files_stopped_early_leaves_a_usable_store_and_no_thread(
     tmp_path: Path, content: Content
 ) -> None:
@@ -212,6 +276,13 @@ def test_envelope_is_what_encode_object_stores(content: Content) -> None:
         frame = codec.compress_each([data], 3)[0]
         assert codec.envelope(data, frame) == codec.encode_object(data, 3)
     assert codec.envelope(b"short", None) == codec.encode_object(b"short", 3)
+
+
+def test_envelope_refuses_a_frame_of_other_content(content: Content) -> None:
+    data, other = content("text", 10_000, 1), content("text", 12_000, 2)
+    frame = codec.compress_each([other], 3)[0]
+    with pytest.raises(ObjstoreError, match="out of order"):
+        codec.envelope(data, frame)
 
 
 def test_put_absent_refuses_an_object_already_in_the_pack(tmp_path: Path) -> None:
