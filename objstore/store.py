@@ -13,7 +13,7 @@ import stat as statmod
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol
 
 from objstore import codec
 from objstore.backend import Backend, FsyncPolicy
@@ -25,6 +25,16 @@ from objstore.pack import PACKS_DIR, PackedBackend
 
 if TYPE_CHECKING:  # thread pools only where a batch put runs: off every command's start-up
     from concurrent.futures import Future, ThreadPoolExecutor
+
+try:  # optional (pyproject.toml): without it put_files reads each file from Python
+    from objstore._readfiles import (  # type: ignore[import-not-found]
+        CHANGED as _CHANGED,
+        NOT_REGULAR as _NOT_REGULAR,
+        read_files as _native_read_files,
+    )
+except ImportError:  # pragma: no cover - depends on the install
+    _native_read_files = None
+    _CHANGED = _NOT_REGULAR = 0
 
 FORMAT_VERSION = 1
 FORMAT_FILE = "format"
@@ -45,13 +55,29 @@ class StoreOptions:
     layout: Literal["loose", "packed"] = "packed"
 
 
+class FileState(Protocol):
+    """What a put tells of the file it read: an `os.stat_result`, or the native reader's
+    smaller record of the same fields."""
+
+    @property
+    def st_mode(self) -> int: ...
+    @property
+    def st_size(self) -> int: ...
+    @property
+    def st_mtime_ns(self) -> int: ...
+    @property
+    def st_ctime_ns(self) -> int: ...
+    @property
+    def st_ino(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class PutResult:
     oid: ObjectId
     size: int  # content bytes
     is_new: bool
     stored_bytes: int  # envelope bytes written (0 when it was already present)
-    stat: os.stat_result  # of the file as read (fstat before reading, equal after)
+    stat: FileState  # of the file as read (fstat before reading, equal after)
 
 
 def _same_file_state(before: os.stat_result, after: os.stat_result) -> bool:
@@ -192,24 +218,34 @@ class ObjectStore:
         inflight: deque[_Batch] = deque()
         pending: set[ObjectId] = set()  # read here, not written yet: a second copy is not new
         batch = _Batch()
+        reads: Iterable[tuple[str | bytes, Any]] = (
+            ((path, None) for path in paths) if _native_read_files is None
+            else _read_natively(paths, threshold))
+        before: FileState
         try:
-            for path in paths:
+            for path, read in reads:
                 result: PutResult | OSError | ContentChanged | None = None
-                try:
-                    # O_NONBLOCK: as in `put_file`, never wait on a FIFO.
-                    fd = os.open(path, flags)
+                if read is None:  # to be read here (no native reader, or a large file)
                     try:
-                        before = os.fstat(fd)
-                        if not statmod.S_ISREG(before.st_mode):
-                            raise IsADirectoryError(f"not a regular file: {os.fsdecode(path)}")
-                        if before.st_size > threshold:
-                            result = self._put_large(fd, path, before, parallel=False)
-                        else:
-                            data = _read_small(fd, path, before)
-                    finally:
-                        os.close(fd)
-                except (OSError, ContentChanged) as exc:
-                    result = exc
+                        # O_NONBLOCK: as in `put_file`, never wait on a FIFO.
+                        fd = os.open(path, flags)
+                        try:
+                            st = os.fstat(fd)
+                            if not statmod.S_ISREG(st.st_mode):
+                                raise IsADirectoryError(
+                                    f"not a regular file: {os.fsdecode(path)}")
+                            if st.st_size > threshold:
+                                result = self._put_large(fd, path, st, parallel=False)
+                            else:
+                                data, before = _read_small(fd, path, st), st
+                        finally:
+                            os.close(fd)
+                    except (OSError, ContentChanged) as exc:
+                        result = exc
+                elif type(read) is tuple:
+                    data, before = read
+                else:
+                    result = read
                 if result is None:
                     oid = hash_bytes(data, parallel=False)  # the cores are compressing
                     if oid in pending or refresh(oid):
@@ -422,6 +458,10 @@ _BATCH_BYTES = 2 << 20
 _BATCH_ITEMS = 512
 _BATCHES_IN_FLIGHT = 2
 _MAX_BATCHES_IN_FLIGHT = 16
+# The native reader takes up to this many paths, or files of this many bytes, per call: the
+# cost of a call is spread, and memory ahead of the hashing stays small.
+_READ_AHEAD_FILES = 64
+_READ_AHEAD_BYTES = 1 << 20
 
 
 class _Batch:
@@ -431,13 +471,13 @@ class _Batch:
 
     def __init__(self) -> None:
         # oid, content, stat before reading, result slot, index in `inputs` (-1: stored raw)
-        self.items: list[tuple[ObjectId, bytes, os.stat_result, list[Any], int]] = []
+        self.items: list[tuple[ObjectId, bytes, FileState, list[Any], int]] = []
         self.inputs: list[bytes] = []  # the contents to compress
         self.size = 0
         self._future: Future[Sequence[Any]] | None = None
         self._frames: Sequence[Any] = ()  # compressed by `compress`, in the calling thread
 
-    def add(self, oid: ObjectId, data: bytes, before: os.stat_result, slot: list[Any],
+    def add(self, oid: ObjectId, data: bytes, before: FileState, slot: list[Any],
             compress: bool) -> None:
         index = -1
         if compress:
@@ -470,6 +510,38 @@ class _Batch:
 
     def frames(self) -> Sequence[Any]:
         return self._future.result() if self._future is not None else self._frames
+
+
+def _read_natively(paths: Iterable[str | bytes], limit: int
+                   ) -> Iterator[tuple[str | bytes, Any]]:
+    """Each path with what the native reader made of it: `(content, stat)`, the exception
+    that reading it would raise in `put_file` (`OSError`, `ContentChanged`), or None for a
+    file larger than `limit`, to be streamed by the caller."""
+    assert _native_read_files is not None
+    chunk: list[str | bytes] = []
+    for path in paths:
+        chunk.append(path)
+        if len(chunk) == _READ_AHEAD_FILES:
+            yield from _read_chunk(chunk, limit)
+            chunk = []
+    yield from _read_chunk(chunk, limit)
+
+
+def _read_chunk(chunk: list[str | bytes], limit: int) -> Iterator[tuple[str | bytes, Any]]:
+    encoded = [os.fsencode(path) for path in chunk]
+    start = 0
+    while start < len(chunk):
+        outcomes = _native_read_files(encoded[start:], limit, _READ_AHEAD_BYTES)
+        for path, outcome in zip(chunk[start:], outcomes):
+            if type(outcome) is tuple:
+                yield path, None if outcome[0] is None else outcome
+            elif outcome == _CHANGED:
+                yield path, ContentChanged(os.fsdecode(path))
+            elif outcome == _NOT_REGULAR:
+                yield path, IsADirectoryError(f"not a regular file: {os.fsdecode(path)}")
+            else:
+                yield path, OSError(outcome, os.strerror(outcome), path)
+        start += len(outcomes)
 
 
 def _read_small(fd: int, path: str | bytes, before: os.stat_result) -> bytes:

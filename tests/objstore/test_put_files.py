@@ -64,10 +64,21 @@ def make_files(tmp_path: Path, content: Content) -> tuple[list[bytes], dict[byte
     return paths, expected
 
 
+@pytest.fixture(params=["native", "python"])
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """put_files reading through the native reader, then through its Python fallback."""
+    if request.param == "native":
+        if store_module._native_read_files is None:
+            pytest.skip("objstore._readfiles is not built")
+    else:
+        monkeypatch.setattr(store_module, "_native_read_files", None)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("layout", ["packed", "loose"])
 @pytest.mark.parametrize("level", [0, 1, 3])
 def test_put_files_matches_put_file_file_for_file(
-    tmp_path: Path, content: Content, layout: str, level: int
+    tmp_path: Path, content: Content, layout: str, level: int, reader: str
 ) -> None:
     paths, expected = make_files(tmp_path, content)
     options = StoreOptions(compression_level=level, layout=layout,  # type: ignore[arg-type]
@@ -87,7 +98,10 @@ def test_put_files_matches_put_file_file_for_file(
         assert isinstance(result, PutResult), (path, result)
         assert (result.oid, result.size, result.is_new) == (want.oid, want.size, want.is_new)
         assert result.oid == hash_bytes(expected[path])
-        assert result.stat.st_ino == os.stat(path).st_ino
+        st = os.stat(path)
+        assert (result.stat.st_mode, result.stat.st_size, result.stat.st_mtime_ns,
+                result.stat.st_ctime_ns, result.stat.st_ino) == (
+            st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
         assert batch.get_bytes(result.oid) == expected[path]
         if result.is_new:
             assert result.stored_bytes == batch.backend.stat(result.oid).size
@@ -141,7 +155,7 @@ def test_put_files_of_one_batch_compresses_it_without_a_thread(
 
 
 def test_put_files_many_batches_stay_in_order_and_in_packs(
-    tmp_path: Path, content: Content
+    tmp_path: Path, content: Content, reader: str
 ) -> None:
     files = tmp_path / "many"
     files.mkdir()
@@ -242,7 +256,8 @@ def test_put_files_stopped_early_leaves_a_usable_store_and_no_thread(
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
-def test_put_files_refuses_content_that_differs_from_its_stat(tmp_path: Path) -> None:
+def test_put_files_refuses_content_that_differs_from_its_stat(
+        tmp_path: Path, reader: str) -> None:
     # A /proc file is a regular file whose stat says 0 bytes but which reads as more: exactly
     # what a file growing between stat and read looks like. Nothing torn may be stored.
     path = tmp_path / "ok"
