@@ -8,7 +8,9 @@
  *   - an int: the errno that stopped it, NOT_REGULAR for something other than a regular
  *     file, CHANGED for a file that changed while it was read.
  * Files are opened as ObjectStore.put_file opens them: O_NOFOLLOW (a symlink is never
- * followed: ELOOP) and O_NONBLOCK (a FIFO never waits for a writer).
+ * followed: ELOOP) and O_NONBLOCK (a FIFO never waits for a writer). A batch holds its files
+ * open together; when that runs out of descriptors (EMFILE), it ends before the file that
+ * could not be opened, so that only a file that cannot be opened alone reports EMFILE.
  *
  * Why: a first snapshot reads every file on one thread, the critical path, and from Python
  * each file costs five calls (open, fstat, read, fstat, close), each releasing and taking the
@@ -196,6 +198,13 @@ static PyObject *read_files(PyObject *self, PyObject *args) {
     while (taken < count && (taken == 0 || held < budget)) {
         Item *it = &items[taken++];
         open_one(it, limit);
+        if ((it->err == EMFILE || it->err == ENFILE) && taken > 1) {
+            /* Out of descriptors because this batch holds some: the file is left to the next
+             * call, which starts with them closed, rather than reported unreadable. */
+            it->err = 0;
+            taken--;
+            break;
+        }
         if (!it->err && !it->large) held += (long long)it->st.st_size + 1;
     }
     Py_END_ALLOW_THREADS

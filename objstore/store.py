@@ -187,7 +187,9 @@ class ObjectStore:
         the GIL, overlapping the reading of the next batches; when the pool falls behind, this
         thread compresses a batch no pool thread has started instead of waiting. A result is
         yielded once its object is written; memory stays bounded by a few batches per thread.
-        Files above `stream_threshold` stream through `put_file`'s path, in this thread.
+        Files are read a batch at a time by the native reader when it is built (see
+        objstore/_readfiles.c); files above `stream_threshold` stream through `put_file`'s
+        path, in this thread.
         """
         from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 (see the imports)
 

@@ -255,6 +255,25 @@ def test_put_files_stopped_early_leaves_a_usable_store_and_no_thread(
     store.close()
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs Linux /proc")
+def test_put_files_near_the_descriptor_limit_reads_every_file(
+        tmp_path: Path, content: Content, reader: str) -> None:
+    # The native reader holds a batch of files open together; out of descriptors, it must
+    # leave the rest of the batch to its next call, not report them unreadable (EMFILE).
+    import resource  # noqa: PLC0415 (POSIX only)
+
+    paths, blobs = _numbered_files(tmp_path, content, 300)
+    store = ObjectStore.init(str(tmp_path / "store"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 24, hard))
+    try:
+        results = list(store.put_files(paths, threads=1))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    _assert_stored_in_order(store, results, blobs)
+    store.close()
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
 def test_put_files_refuses_content_that_differs_from_its_stat(
         tmp_path: Path, reader: str) -> None:
