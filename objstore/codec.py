@@ -87,7 +87,7 @@ def compress_batch(items: Sequence[bytes], level: int, threads: int) -> Sequence
     the reading thread is waiting for (Linux first snapshot: a list and a check per frame
     here cost that thread ~3% of its wall time).
     """
-    compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
+    compressor = _compressor(level)  # this thread's: one batch at a time
     multi = getattr(compressor, "multi_compress_to_buffer", None)  # C backend only
     if multi is not None and len(items) > 1:
         try:
@@ -102,7 +102,7 @@ def compress_batch(items: Sequence[bytes], level: int, threads: int) -> Sequence
 
 def compress_each(items: Sequence[bytes], level: int) -> list[bytes]:
     """`compress_batch` one item at a time in this thread (any zstandard backend)."""
-    compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
+    compressor = _compressor(level)
     return [compressor.compress(item) for item in items]
 
 
