@@ -42,8 +42,9 @@ import operator
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from objstore import FileState
 from objstore.codec import pack_data, unpack_data
 from objstore.errors import CorruptObject
 from objstore.ids import OID_SIZE, hash_bytes
@@ -288,19 +289,9 @@ class CacheBase:
     size: int  # its bytes
 
 
-class StatLike(Protocol):
-    """The lstat fields a row keeps: os.stat_result, or a listing entry (dirlisting.py)."""
-
-    @property
-    def st_mode(self) -> int: ...
-    @property
-    def st_size(self) -> int: ...
-    @property
-    def st_mtime_ns(self) -> int: ...
-    @property
-    def st_ctime_ns(self) -> int: ...
-    @property
-    def st_ino(self) -> int: ...
+# The lstat fields a row keeps: os.stat_result, a listing entry (dirlisting.py), or what a
+# put read (the native reader's FileStat).
+StatLike = FileState
 
 
 def same_stat(row: Row, kind: int, st: StatLike) -> bool:

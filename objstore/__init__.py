@@ -15,12 +15,13 @@ from objstore.errors import (
 )
 from objstore.ids import ObjectId, hash_bytes, oid_hex, parse_oid
 from objstore.objects import EntryKind, Tree, TreeEntry, make_entry
-from objstore.store import ObjectStore, PutResult, StoreOptions
+from objstore.store import FileState, ObjectStore, PutResult, StoreOptions
 
 __all__ = [
     "ContentChanged",
     "CorruptObject",
     "EntryKind",
+    "FileState",
     "InvalidTree",
     "ObjectId",
     "ObjectNotFound",
