@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import stat as statmod
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol
 
 from objstore import codec
@@ -189,7 +190,8 @@ class ObjectStore:
         yielded once its object is written; memory stays bounded by a few batches per thread.
         Files are read a batch at a time by the native reader when it is built (see
         objstore/_readfiles.c); files above `stream_threshold` stream through `put_file`'s
-        path, in this thread.
+        path on a pool thread, in line with the batches (here, without a pool or when taken
+        back), never whole in memory.
         """
         from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 (see the imports)
 
@@ -217,7 +219,7 @@ class ObjectStore:
         threshold = self.options.stream_threshold
         refresh = self.backend.refresh
         slots: deque[list[Any]] = deque()  # [result or None while its batch is out], in order
-        inflight: deque[_Batch] = deque()
+        inflight: deque[_Batch | _LargeFile] = deque()
         pending: set[ObjectId] = set()  # read here, not written yet: a second copy is not new
         batch = _Batch()
         reads: Iterable[tuple[str | bytes, Any]] = (
@@ -236,12 +238,30 @@ class ObjectStore:
                             if not statmod.S_ISREG(st.st_mode):
                                 raise IsADirectoryError(
                                     f"not a regular file: {os.fsdecode(path)}")
-                            if st.st_size > threshold:
+                            if st.st_size <= threshold:
+                                data, before = _read_small(fd, path, st), st
+                            elif level == 0 or workers == 0:
                                 result = self._put_large(fd, path, st, parallel=False)
                             else:
-                                data, before = _read_small(fd, path, st), st
+                                # Streamed on the pool like a batch (compressing is most of
+                                # its cost), which then owns the descriptor.
+                                if pool is None:
+                                    pool = ThreadPoolExecutor(
+                                        workers, thread_name_prefix="objstore-compress")
+                                large = _LargeFile(
+                                    partial(self._put_large, fd, path, st, parallel=False),
+                                    fd, [None])
+                                slots.append(large.slot)
+                                fd = -1
+                                large.submit(pool)
+                                inflight.append(large)
+                                self._write_compressed(inflight, in_flight, level, pending)
+                                while slots and slots[0][0] is not None:
+                                    yield slots.popleft()[0]
+                                continue
                         finally:
-                            os.close(fd)
+                            if fd >= 0:
+                                os.close(fd)
                     except (OSError, ContentChanged) as exc:
                         result = exc
                 elif type(read) is tuple:
@@ -283,8 +303,11 @@ class ObjectStore:
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+                for item in inflight:
+                    if isinstance(item, _LargeFile):
+                        item.discard()
 
-    def _write_compressed(self, inflight: deque[_Batch], keep: int, level: int,
+    def _write_compressed(self, inflight: deque[_Batch | _LargeFile], keep: int, level: int,
                           pending: set[ObjectId]) -> None:
         """Write the oldest batches in order as they are compressed, until at most `keep` are
         left. While the oldest is still compressing and more than `keep` are out, this thread
@@ -295,7 +318,11 @@ class ObjectStore:
                     return
                 if any(batch.take_back(level) for batch in inflight):
                     continue
-            self._write_batch(inflight.popleft(), pending)
+            oldest = inflight.popleft()
+            if isinstance(oldest, _LargeFile):
+                oldest.settle()
+            else:
+                self._write_batch(oldest, pending)
 
     def _write_batch(self, batch: _Batch, pending: set[ObjectId]) -> None:
         frames = batch.frames()
@@ -512,6 +539,51 @@ class _Batch:
 
     def frames(self) -> Sequence[Any]:
         return self._future.result() if self._future is not None else self._frames
+
+
+class _LargeFile:
+    """A file above the stream threshold that `put_files` streams on a pool thread, in the
+    line of its batches: `_put_large` on its open descriptor, closed when the call is over
+    (or by `discard`, if the call was cancelled and never ran)."""
+
+    __slots__ = ("_fd", "_future", "_outcome", "_put", "slot")
+
+    def __init__(self, put: Callable[[], PutResult], fd: int, slot: list[Any]) -> None:
+        self._put = put
+        self._fd = fd
+        self.slot = slot
+        self._future: Future[PutResult | OSError | ContentChanged] | None = None
+        self._outcome: PutResult | OSError | ContentChanged | None = None
+
+    def _run(self) -> PutResult | OSError | ContentChanged:
+        try:
+            return self._put()
+        except (OSError, ContentChanged) as exc:
+            return exc
+        finally:
+            os.close(self._fd)
+
+    def submit(self, pool: ThreadPoolExecutor) -> None:
+        self._future = pool.submit(self._run)
+
+    def done(self) -> bool:
+        return self._future is None or self._future.done()
+
+    def take_back(self, level: int) -> bool:
+        """Stream here if no pool thread has started on it: whether it did."""
+        if self._future is None or not self._future.cancel():
+            return False
+        self._future = None
+        self._outcome = self._run()
+        return True
+
+    def settle(self) -> None:
+        """Its result into its slot (an error of the store itself raises here)."""
+        self.slot[0] = self._future.result() if self._future is not None else self._outcome
+
+    def discard(self) -> None:
+        if self._future is not None and self._future.cancelled():
+            os.close(self._fd)
 
 
 def _read_natively(paths: Iterable[str | bytes], limit: int

@@ -7,8 +7,9 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,7 +69,7 @@ def make_files(tmp_path: Path, content: Content) -> tuple[list[bytes], dict[byte
 def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """put_files reading through the native reader, then through its Python fallback."""
     if request.param == "native":
-        if store_module._native_read_files is None:
+        if store_module._native_read_files is None:  # type: ignore[attr-defined]
             pytest.skip("objstore._readfiles is not built")
     else:
         monkeypatch.setattr(store_module, "_native_read_files", None)
@@ -186,7 +187,8 @@ def _numbered_files(tmp_path: Path, content: Content, count: int) -> tuple[list[
     return [write(files / f"f{i}", blob) for i, blob in enumerate(blobs)], blobs
 
 
-def _assert_stored_in_order(store: ObjectStore, results: list[object], blobs: list[bytes]) -> None:
+def _assert_stored_in_order(store: ObjectStore, results: Sequence[object],
+                            blobs: list[bytes]) -> None:
     assert [r.oid for r in results] == [hash_bytes(b) for b in blobs]  # type: ignore[attr-defined]
     for blob, result in zip(blobs, results):
         assert store.get_bytes(result.oid) == blob  # type: ignore[attr-defined]
@@ -221,6 +223,67 @@ def test_put_files_compresses_here_what_a_stalled_pool_has_not_started(
     store = ObjectStore.open(str(tmp_path / "store"))
     _assert_stored_in_order(store, results, blobs)
     store.close()
+
+
+def test_put_files_streams_large_files_on_the_pool_or_here_in_order(
+    tmp_path: Path, content: Content, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Files above the stream threshold go to the pool like batches. The pool's thread is
+    # held on the first until the calling thread streams one it took back; results keep
+    # the input order, small and large files interleaved.
+    files = tmp_path / "mixed"
+    files.mkdir()
+    blobs = []
+    for i in range(12):
+        blobs.append(content("text", 2_000, i) + i.to_bytes(4, "little"))
+        if i % 2:
+            blobs.append(content("text", (1 << 20) + 4_096 * i, 100 + i))
+    paths = [write(files / f"f{i}", blob) for i, blob in enumerate(blobs)]
+    caller = threading.get_ident()
+    helped = threading.Event()
+    here: list[int] = []
+    real = ObjectStore._put_large
+
+    def put_large(self: ObjectStore, fd: int, *args: object, **kwargs: object) -> PutResult:
+        if threading.get_ident() == caller:
+            here.append(fd)
+            helped.set()
+        else:
+            helped.wait(timeout=60)
+        return real(self, fd, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ObjectStore, "_put_large", put_large)
+    store = ObjectStore.init(str(tmp_path / "store"), StoreOptions(stream_threshold=1 << 20))
+    results = list(store.put_files(paths, threads=2))
+    assert here  # a large file taken back from the stalled pool
+    _assert_stored_in_order(store, results, blobs)
+    store.close()
+
+
+def test_a_large_file_never_streamed_has_its_descriptor_closed(tmp_path: Path) -> None:
+    # put_files hands a large file's open descriptor to the pool; a put stopped early
+    # cancels what no thread has started, and `discard` must close those descriptors.
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = write(tmp_path / "big", b"x" * 100)
+    release = threading.Event()
+    ran: list[int] = []
+
+    def put() -> Any:
+        ran.append(1)
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(release.wait, 60)  # the only thread is busy: the next call waits
+        fd = os.open(path, os.O_RDONLY)
+        queued = store_module._LargeFile(put, fd, [None])
+        queued.submit(pool)
+        pool.shutdown(wait=False, cancel_futures=True)
+        release.set()
+    queued.discard()
+    assert ran == []
+    with pytest.raises(OSError) as closed:
+        os.fstat(fd)
+    assert closed.value.errno == errno.EBADF
 
 
 def test_put_files_on_one_thread_starts_no_thread(tmp_path: Path, content: Content) -> None:
@@ -260,7 +323,7 @@ def test_put_files_near_the_descriptor_limit_reads_every_file(
         tmp_path: Path, content: Content, reader: str) -> None:
     # The native reader holds a batch of files open together; out of descriptors, it must
     # leave the rest of the batch to its next call, not report them unreadable (EMFILE).
-    import resource  # noqa: PLC0415 (POSIX only)
+    import resource  # POSIX only
 
     paths, blobs = _numbered_files(tmp_path, content, 300)
     store = ObjectStore.init(str(tmp_path / "store"))
