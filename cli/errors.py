@@ -206,6 +206,8 @@ RULES: dict[str, Rule] = {
     "objstore.errors.StoreNotFound": _not_initialized,
     "objstore.errors.ContentChanged": _message(USER_ERROR, "a file changed while it was read; "
                                                            "run the command again"),
+    # a write into the store failed: told as the OSError it is (ENOSPC, EIO, ...)
+    "objstore.errors.StoreWriteError": lambda exc: _os_error(exc.error),
     # roots
     "checkpoints.errors.CheckpointError": _message(USER_ERROR),
     "objstore.errors.ObjstoreError": _message(CORRUPTION, _FSCK_HINT),

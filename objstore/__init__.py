@@ -11,6 +11,7 @@ from objstore.errors import (
     ObjectNotFound,
     ObjstoreError,
     StoreNotFound,
+    StoreWriteError,
     UnsupportedFormat,
 )
 from objstore.ids import ObjectId, hash_bytes, oid_hex, parse_oid
@@ -30,6 +31,7 @@ __all__ = [
     "PutResult",
     "StoreNotFound",
     "StoreOptions",
+    "StoreWriteError",
     "Tree",
     "TreeEntry",
     "UnsupportedFormat",

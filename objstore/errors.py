@@ -69,3 +69,14 @@ class ContentChanged(ObjstoreError):
 
     def __str__(self) -> str:
         return f"{self.path} changed while it was read"
+
+
+class StoreWriteError(ObjstoreError):
+    """Writing a file's content into the store failed (`.error`, the OSError): the store's
+    fault, not the file's. `put_file` and `put_files` report a file they cannot read as an
+    OSError, which a snapshot records as a skipped path; a failed write must instead fail
+    the snapshot, so it is raised as this, which is no OSError."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol
 
 from objstore import codec
 from objstore.backend import Backend, FsyncPolicy
-from objstore.errors import ContentChanged, CorruptObject, StoreNotFound, UnsupportedFormat
+from objstore.errors import (
+    ContentChanged,
+    CorruptObject,
+    StoreNotFound,
+    StoreWriteError,
+    UnsupportedFormat,
+)
 from objstore.ids import ObjectId, StreamHasher, hash_bytes
 from objstore.local import LocalBackend
 from objstore.objects import Tree
@@ -171,7 +177,10 @@ class ObjectStore:
         finally:
             os.close(fd)
         oid = hash_bytes(data)
-        is_new, stored = self._put_new(oid, data)
+        try:
+            is_new, stored = self._put_new(oid, data)
+        except OSError as exc:
+            raise self._write_failed(exc) from exc
         return PutResult(oid, len(data), is_new, stored, before)
 
     def put_files(
@@ -359,15 +368,19 @@ class ObjectStore:
 
         def checked_chunks() -> Iterator[bytes]:
             rehash = StreamHasher(parallel=parallel)
-            os.lseek(fd, 0, os.SEEK_SET)
-            for chunk in _iter_chunks(fd):
-                rehash.update(chunk)
-                if rehash.length > hasher.length:
-                    # Grown since the first pass: stop before the encoder sees more bytes
-                    # than the length it pledged (zstd would fail with its own error).
-                    raise ContentChanged(os.fsdecode(path))
-                yield chunk
-            if rehash.digest() != oid or not _same_file_state(before, os.fstat(fd)):
+            try:
+                os.lseek(fd, 0, os.SEEK_SET)
+                for chunk in _iter_chunks(fd):
+                    rehash.update(chunk)
+                    if rehash.length > hasher.length:
+                        # Grown since the first pass: stop before the encoder sees more bytes
+                        # than the length it pledged (zstd would fail with its own error).
+                        raise ContentChanged(os.fsdecode(path))
+                    yield chunk
+                after = os.fstat(fd)
+            except OSError as exc:  # the file's, told apart from the store's below
+                raise _Unreadable(exc) from exc
+            if rehash.digest() != oid or not _same_file_state(before, after):
                 raise ContentChanged(os.fsdecode(path))
 
         def counted(chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -379,8 +392,21 @@ class ObjectStore:
         encoded = codec.iter_encode_object(
             checked_chunks(), hasher.length, self.options.compression_level
         )
-        is_new = self.backend.put_stream(oid, counted(encoded))
+        try:
+            is_new = self.backend.put_stream(oid, counted(encoded))
+        except _Unreadable as unreadable:
+            raise unreadable.error from None
+        except OSError as exc:
+            raise self._write_failed(exc) from exc
         return PutResult(oid, hasher.length, is_new, written, before)
+
+    def _write_failed(self, error: OSError) -> StoreWriteError:
+        """`error` as the store's failure; one that names no path (a write to an open
+        descriptor) is made to name the store's objects, so that its message says where."""
+        where = getattr(self.backend, "path", None)
+        if error.filename is None and where is not None and error.errno is not None:
+            error = OSError(error.errno, error.strerror, where)
+        return StoreWriteError(error)
 
     def get_bytes(self, oid: ObjectId) -> bytes:
         """The verified content of `oid` (in memory: for trees and ordinary files)."""
@@ -539,6 +565,15 @@ class _Batch:
 
     def frames(self) -> Sequence[Any]:
         return self._future.result() if self._future is not None else self._frames
+
+
+class _Unreadable(Exception):  # never escapes _put_large
+    """A read of the file being streamed failed (`.error`): carried through the store's
+    stream writer, which could fail with an OSError of its own."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 class _LargeFile:

@@ -73,13 +73,14 @@ def no_staging_left(store: str, root: str) -> None:
 # -- create ----------------------------------------------------------------------------------
 
 
-def create_fails_cleanly(root: str, store: str, code: int, heal: Callable[[], None]) -> None:
-    rng = random.Random(h.seed_for(f"disk-create-{code}"))
+def create_fails_cleanly(root: str, store: str, code: int, heal: Callable[[], None], *,
+                         files: int = 300, size: int = 16 << 10) -> None:
+    rng = random.Random(h.seed_for(f"disk-create-{code}-{files}"))
     h.write_file(os.path.join(root, "small.txt"), b"small\n")
     assert h.ckpt(root, "init", store=store).code == h.OK
     first = h.ckpt(root, "create", store=store)
     assert first.code == h.OK, first
-    fill(root, rng, files=300, size=16 << 10)  # 4.7 MiB, incompressible, loose and packed
+    fill(root, rng, files=files, size=size)  # by default 4.7 MiB, incompressible, loose and packed
     model = h.tree_state(root, with_inodes=True)
     run = h.ckpt(root, "create", store=store)
     assert_clear_error(run, code, store)
@@ -106,6 +107,19 @@ def test_enospc_during_create(base: str) -> None:
     with h.tmpfs(mount, "3m"):
         store = os.path.join(mount, "store")
         create_fails_cleanly(root, store, errno.ENOSPC, lambda: h.remount(mount, "64m"))
+
+
+def test_enospc_while_streaming_a_large_file_fails_the_create(base: str) -> None:
+    # A file above the stream threshold (8 MiB) streams into the store; a full disk there is
+    # the store's failure, not the file's. It used to be recorded as the file being
+    # unreadable, and the create went on to commit a checkpoint without it.
+    root = os.path.join(base, "ws")
+    os.mkdir(root)
+    mount = os.path.join(base, "small")
+    with h.tmpfs(mount, "3m"):
+        store = os.path.join(mount, "store")
+        create_fails_cleanly(root, store, errno.ENOSPC, lambda: h.remount(mount, "64m"),
+                             files=1, size=12 << 20)
 
 
 # -- restore ---------------------------------------------------------------------------------
