@@ -171,6 +171,11 @@ def _os_error(exc: Any) -> Failure:
     return Failure(USER_ERROR, f"{what}{where}", hint)
 
 
+def _store_write(exc: Any) -> Failure:
+    """A write into the store failed: told as the OSError it carries (ENOSPC, EIO, ...)."""
+    return _os_error(exc.error)
+
+
 def _interrupted(exc: Any) -> Failure:
     return Failure(INTERRUPTED, "interrupted")
 
@@ -206,8 +211,7 @@ RULES: dict[str, Rule] = {
     "objstore.errors.StoreNotFound": _not_initialized,
     "objstore.errors.ContentChanged": _message(USER_ERROR, "a file changed while it was read; "
                                                            "run the command again"),
-    # a write into the store failed: told as the OSError it is (ENOSPC, EIO, ...)
-    "objstore.errors.StoreWriteError": lambda exc: _os_error(exc.error),
+    "objstore.errors.StoreWriteError": _store_write,
     # roots
     "checkpoints.errors.CheckpointError": _message(USER_ERROR),
     "objstore.errors.ObjstoreError": _message(CORRUPTION, _FSCK_HINT),
