@@ -100,26 +100,20 @@ def create_fails_cleanly(root: str, store: str, code: int, heal: Callable[[], No
     h.tally(f"disk error {errno.errorcode[code]}", injected=1, passed=1)
 
 
-def test_enospc_during_create(base: str) -> None:
-    root = os.path.join(base, "ws")
-    os.mkdir(root)
-    mount = os.path.join(base, "small")
-    with h.tmpfs(mount, "3m"):
-        store = os.path.join(mount, "store")
-        create_fails_cleanly(root, store, errno.ENOSPC, lambda: h.remount(mount, "64m"))
-
-
-def test_enospc_while_streaming_a_large_file_fails_the_create(base: str) -> None:
-    # A file above the stream threshold (8 MiB) streams into the store; a full disk there is
-    # the store's failure, not the file's. It used to be recorded as the file being
-    # unreadable, and the create went on to commit a checkpoint without it.
+# 300 files of 16 KiB go through put_files' batches; one of 12 MiB is above the stream
+# threshold (8 MiB) and streams into the store, where a full disk is the store's failure,
+# not the file's: it used to be recorded as the file being unreadable, and the create went
+# on to commit a checkpoint without it.
+@pytest.mark.parametrize(("files", "size"), [(300, 16 << 10), (1, 12 << 20)],
+                         ids=["batched", "streamed"])
+def test_enospc_during_create(base: str, files: int, size: int) -> None:
     root = os.path.join(base, "ws")
     os.mkdir(root)
     mount = os.path.join(base, "small")
     with h.tmpfs(mount, "3m"):
         store = os.path.join(mount, "store")
         create_fails_cleanly(root, store, errno.ENOSPC, lambda: h.remount(mount, "64m"),
-                             files=1, size=12 << 20)
+                             files=files, size=size)
 
 
 # -- restore ---------------------------------------------------------------------------------
