@@ -221,6 +221,7 @@ class ObjectStore:
         # compresses it here, as it would only wait for the thread (stdlib turn, 25 files:
         # hashing and storing 3.2 -> 2.6 ms without a pool's start and hand-offs).
         pool: ThreadPoolExecutor | None = None
+        new_pool = partial(ThreadPoolExecutor, workers, thread_name_prefix="objstore-compress")
         in_flight = min(_BATCHES_IN_FLIGHT * workers + 2, _MAX_BATCHES_IN_FLIGHT)
         # The loop below is the whole first snapshot's per-file cost in the calling thread:
         # it is written flat on purpose (a function call per step costs ~5% of the total).
@@ -238,6 +239,7 @@ class ObjectStore:
         try:
             for path, read in reads:
                 result: PutResult | OSError | ContentChanged | None = None
+                large: _LargeFile | None = None
                 if read is None:  # to be read here (no native reader, or a large file)
                     try:
                         # O_NONBLOCK: as in `put_file`, never wait on a FIFO.
@@ -251,23 +253,11 @@ class ObjectStore:
                                 data, before = _read_small(fd, path, st), st
                             elif level == 0 or workers == 0:
                                 result = self._put_large(fd, path, st, parallel=False)
-                            else:
-                                # Streamed on the pool like a batch (compressing is most of
-                                # its cost), which then owns the descriptor.
-                                if pool is None:
-                                    pool = ThreadPoolExecutor(
-                                        workers, thread_name_prefix="objstore-compress")
+                            else:  # it now owns the descriptor
                                 large = _LargeFile(
                                     partial(self._put_large, fd, path, st, parallel=False),
                                     fd, [None])
-                                slots.append(large.slot)
                                 fd = -1
-                                large.submit(pool)
-                                inflight.append(large)
-                                self._write_compressed(inflight, in_flight, level, pending)
-                                while slots and slots[0][0] is not None:
-                                    yield slots.popleft()[0]
-                                continue
                         finally:
                             if fd >= 0:
                                 os.close(fd)
@@ -277,7 +267,15 @@ class ObjectStore:
                     data, before = read
                 else:
                     result = read
-                if result is None:
+                if large is not None:
+                    # Streamed on the pool in line with the batches: compressing is most of
+                    # its cost.
+                    pool = pool or new_pool()
+                    slots.append(large.slot)
+                    large.submit(pool)
+                    inflight.append(large)
+                    self._write_compressed(inflight, in_flight, level, pending)
+                elif result is None:
                     oid = hash_bytes(data, parallel=False)  # the cores are compressing
                     if oid in pending or refresh(oid):
                         result = PutResult(oid, len(data), False, 0, before)
@@ -288,8 +286,7 @@ class ObjectStore:
                         batch.add(oid, data, before, slot, level > 0 and len(data) > 64)
                         if batch.size >= _BATCH_BYTES or len(batch.items) >= _BATCH_ITEMS:
                             if pool is None and level > 0 and workers > 0:
-                                pool = ThreadPoolExecutor(
-                                    workers, thread_name_prefix="objstore-compress")
+                                pool = new_pool()
                             if pool is None:
                                 batch.compress(level)
                             else:
