@@ -66,6 +66,7 @@ STEP_TITLES = {"init": "init (not a scenario)", "first_snapshot": "first snapsho
                "no_change_snapshot": "no-change snapshot", "turn_snapshot": "snapshot after turn",
                "restore": "restore to first", "noop_restore": "no-op restore"}
 REPO_ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).resolve().with_name("inprocess.py")
 
 
 class BenchFailure(RuntimeError):
@@ -250,7 +251,7 @@ class Install:
         beside = Path(sys.executable).with_name("ckpt")
         exe = str(beside) if beside.is_file() else shutil.which("ckpt")
         launcher = ((exe,) if exe
-                    else (sys.executable, "-c", "from cli.main import main; main()"))
+                    else (sys.executable, "-c", "from ckpt.cli.main import main; main()"))
         return cls("current", launcher, sys.executable, ckpt_env())
 
 
@@ -329,10 +330,10 @@ def venv_install(scratch: Path) -> Install:
 # imported from, whether the native scanner loaded, and which imported modules have no .pyc.
 _PROBE = """\
 import importlib.metadata, importlib.util, json, os, sys
-import bench.inprocess, checkpoints, checkpoints.dirlisting, checkpoints.service, cli.main
+import ckpt.checkpoints, ckpt.checkpoints.dirlisting, ckpt.checkpoints.service, ckpt.cli.main
 print(json.dumps({
-    "python": sys.executable, "prefix": sys.prefix, "ckpt_module": checkpoints.__file__,
-    "worker_module": bench.inprocess.__file__, "native": checkpoints.dirlisting.NATIVE,
+    "python": sys.executable, "prefix": sys.prefix, "ckpt_module": ckpt.checkpoints.__file__,
+    "native": ckpt.checkpoints.dirlisting.NATIVE,
     "version": importlib.metadata.version("ckpt"),
     "without_pyc": sorted(name for name, m in list(sys.modules.items())
                           if (f := getattr(m, "__file__", None) or "").endswith(".py")
@@ -370,8 +371,7 @@ def prepare_install(mode: str, scratch: Path) -> Install:
     else:
         # An installed package has its bytecode compiled; an editable checkout under
         # PYTHONDONTWRITEBYTECODE would recompile every module on every call.
-        for package in ("objstore", "checkpoints", "cli"):
-            compileall.compile_dir(REPO_ROOT / package, quiet=1)
+        compileall.compile_dir(REPO_ROOT / "ckpt", quiet=1)
         install = Install.current()
     probe = subprocess.run([install.python, "-c", _PROBE], cwd=scratch, env=install.env,
                            capture_output=True, text=True, check=False)
@@ -383,7 +383,7 @@ def prepare_install(mode: str, scratch: Path) -> Install:
                     "venv": None if install.prefix is None else str(install.prefix),
                     **json.loads(probe.stdout), "setup_seconds": time.perf_counter() - start}
     if install.prefix is not None:
-        for key in ("ckpt", "cli_interpreter", "ckpt_module", "worker_module"):
+        for key in ("ckpt", "cli_interpreter", "ckpt_module"):
             if not _inside(install.info[key], install.prefix):
                 raise BenchFailure(f"{key} is {install.info[key]}, outside the venv "
                                    f"{install.prefix}")
@@ -443,10 +443,10 @@ class CkptApi(Driver):
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the worker)
         start = time.perf_counter()
         # cwd: the scratch parent, for the reason CkptCli gives (``-m`` puts it on sys.path).
-        # In a venv install the worker module comes from the venv too (pyproject ships bench),
-        # and nothing puts the checkout on sys.path.
+        # The worker runs as a script from the checkout (bench/ is not in the wheel): its own
+        # folder goes on sys.path, the checkout does not, so ckpt comes from the install.
         self._proc: subprocess.Popen[str] | None = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _SPAWNER, install.python, "-m", "bench.inprocess"],
+            [sys.executable, "-I", "-S", "-c", _SPAWNER, install.python, str(WORKER)],
             cwd=work.parent, env=install.env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
             encoding="utf-8")

@@ -23,8 +23,8 @@ from bench.shapes import (
     get_real_tree,
     real_tree_unavailable,
 )
-from checkpoints.config import StoreConfig, write_config
-from checkpoints.service import Checkpoints
+from ckpt.checkpoints.config import StoreConfig, write_config
+from ckpt.checkpoints.service import Checkpoints
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """The in-process side of the peer comparison: ckpt's Python API as a harness calls it.
 
-``python -m bench.inprocess`` is a worker that ``bench.compare`` starts once per round (tool
-``ckpt-api``). It imports the library (``checkpoints.service.preload()`` included, as a harness
+``python bench/inprocess.py`` is a worker that ``bench.compare`` starts once per round (tool
+``ckpt-api``), as a script, so that ckpt comes from the install under test and never from the
+checkout beside it. It imports the library (``preload()`` included, as a harness
 that wants no import on its first restore calls it), says it is ready, then serves one JSON
 request per stdin line and answers one JSON line on stdout, like a long-lived agent harness:
 the store is opened once (``Checkpoints.open``) and every step is one call on that open
@@ -23,7 +24,7 @@ Answers: {"seconds", "settled_seconds", "max_rss_kib", "id"?, "report"?} (``seco
 the call returned, ``settled_seconds`` until its bookkeeping was done), or {"error", "traceback"} on any
 exception (the worker keeps serving; the driver treats it as a failed step). Before the first
 request it says {"ready": true, "pid", "max_rss_kib", "ckpt_module"}: the last is
-``checkpoints.__file__``, so the driver can check which install it imported.
+``ckpt.checkpoints.__file__``, so the driver can check which install it imported.
 
 ``max_rss_kib`` is ``getrusage(RUSAGE_SELF).ru_maxrss`` after the step: the worker's high-water
 mark so far, so it is cumulative (never below any earlier step's, nor the import floor that
@@ -43,8 +44,8 @@ import traceback
 from collections.abc import Callable
 from typing import IO, Any
 
-import checkpoints
-from checkpoints.service import Checkpoints, preload
+from ckpt import checkpoints
+from ckpt.checkpoints.service import Checkpoints, preload
 
 
 def peak_rss_kib() -> int:

@@ -34,8 +34,8 @@ import pytest
 from bench.corpus import copy_tree, list_captured_files, measure_tree
 from bench.shapes import BuiltShape
 from bench.turns import Turn, apply_turn, plan_turn
-from checkpoints.model import CheckpointRecord, CheckpointStats, new_checkpoint_id
-from checkpoints.service import Checkpoints
+from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, new_checkpoint_id
+from ckpt.checkpoints.service import Checkpoints
 
 RACY_PAUSE_S = 0.03  # > checkpoints.statcache.RACY_WINDOW_NS; a real turn takes seconds
 HISTORY_SIZE = 10_000

@@ -30,7 +30,7 @@ from typing import Any
 import blake3
 import pytest
 
-from objstore import ObjectId, ObjectStore, StoreOptions
+from ckpt.objstore import ObjectId, ObjectStore, StoreOptions
 
 SEED = 0x0C4E_C4B7
 KIB, MIB = 1 << 10, 1 << 20

@@ -48,9 +48,9 @@ from bench.corpus import (
 )
 from bench.shapes import REAL_TREES, SHAPES, BuiltShape, describe
 from bench.turns import Turn, apply_turn, plan_turn
-from checkpoints.model import CheckpointRecord
-from checkpoints.service import Checkpoints
-from objstore import EntryKind
+from ckpt.checkpoints.model import CheckpointRecord
+from ckpt.checkpoints.service import Checkpoints
+from ckpt.objstore import EntryKind
 
 SHAPE_NAMES = [*SHAPES, *REAL_TREES]
 SETTINGS: dict[str, Any] = {"max_file_size": 0}

@@ -55,11 +55,11 @@ import blake3
 
 from bench.corpus import measure_tree
 from bench.turns import PROTECTED_NAMES, Turn, apply_turn, plan_turn
-from checkpoints.config import StoreConfig, read_config, write_config
-from checkpoints.errors import CheckpointError
-from checkpoints.ignore import DirRules, IgnoreRules
-from checkpoints.paths import parse_relpath
-from checkpoints.service import STORE_NAME, Checkpoints
+from ckpt.checkpoints.config import StoreConfig, read_config, write_config
+from ckpt.checkpoints.errors import CheckpointError
+from ckpt.checkpoints.ignore import DirRules, IgnoreRules
+from ckpt.checkpoints.paths import parse_relpath
+from ckpt.checkpoints.service import STORE_NAME, Checkpoints
 
 DEFAULT_LEVELS = (1, 3, 6)
 DEFAULT_THREADS = (1, 0)

@@ -1,0 +1,115 @@
+"""Checkpoints of a workspace: the domain of ckpt, and its public Python API.
+
+A harness imports the names below (`from ckpt.checkpoints import Checkpoints, RestoreIncomplete`)
+or the same names from `ckpt`; the CLI uses nothing else. Submodules are internal structure.
+Each name is imported on first use, so that naming an exception or a record type does not pay
+for the service, SQLite and the object store.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ckpt.checkpoints.config import (
+        CONFIG_KEYS,
+        StoreConfig,
+        get_config_value,
+        read_config,
+        set_config_value,
+        write_config,
+    )
+    from ckpt.checkpoints.diff import Change
+    from ckpt.checkpoints.errors import (
+        AmbiguousCheckpoint,
+        CatalogCorrupt,
+        CheckpointError,
+        ConfigError,
+        NothingMatched,
+        NotInitialized,
+        PathNotInCheckpoint,
+        RestoreIncomplete,
+        StoreBusy,
+        UnknownCheckpoint,
+        UnsafePath,
+    )
+    from ckpt.checkpoints.lock import LockOwner
+    from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
+    from ckpt.checkpoints.paths import RelPath
+    from ckpt.checkpoints.plan import RestorePlan
+    from ckpt.checkpoints.reports import (
+        CheckReport,
+        FileEntry,
+        PruneReport,
+        RestoreReport,
+        StoreStats,
+    )
+    from ckpt.checkpoints.service import STORE_NAME, Checkpoints, preload
+
+# name -> the submodule that defines it
+_WHERE: dict[str, str] = {
+    **dict.fromkeys(("CONFIG_KEYS", "StoreConfig", "get_config_value", "read_config",
+                     "set_config_value", "write_config"), "config"),
+    "Change": "diff",
+    **dict.fromkeys(("AmbiguousCheckpoint", "CatalogCorrupt", "CheckpointError", "ConfigError",
+                     "NothingMatched", "NotInitialized", "PathNotInCheckpoint",
+                     "RestoreIncomplete", "StoreBusy", "UnknownCheckpoint", "UnsafePath"),
+                    "errors"),
+    "LockOwner": "lock",
+    **dict.fromkeys(("CheckpointRecord", "CheckpointStats", "Event", "SkippedPath"), "model"),
+    "RelPath": "paths",
+    "RestorePlan": "plan",
+    **dict.fromkeys(("CheckReport", "FileEntry", "PruneReport", "RestoreReport", "StoreStats"),
+                    "reports"),
+    **dict.fromkeys(("STORE_NAME", "Checkpoints", "preload"), "service"),
+}
+
+__all__ = [
+    "AmbiguousCheckpoint",
+    "CONFIG_KEYS",
+    "CatalogCorrupt",
+    "Change",
+    "CheckReport",
+    "CheckpointError",
+    "CheckpointRecord",
+    "CheckpointStats",
+    "Checkpoints",
+    "ConfigError",
+    "Event",
+    "FileEntry",
+    "LockOwner",
+    "NotInitialized",
+    "NothingMatched",
+    "PathNotInCheckpoint",
+    "PruneReport",
+    "RelPath",
+    "RestoreIncomplete",
+    "RestorePlan",
+    "RestoreReport",
+    "STORE_NAME",
+    "SkippedPath",
+    "StoreBusy",
+    "StoreConfig",
+    "StoreStats",
+    "UnknownCheckpoint",
+    "UnsafePath",
+    "get_config_value",
+    "preload",
+    "read_config",
+    "set_config_value",
+    "write_config",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ckpt.checkpoints' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"ckpt.checkpoints.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

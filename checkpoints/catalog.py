@@ -31,18 +31,18 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
-from checkpoints.errors import (
+from ckpt.checkpoints.errors import (
     AmbiguousCheckpoint,
     CatalogCorrupt,
     CheckpointError,
     StoreBusy,
     UnknownCheckpoint,
 )
-from checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
+from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
 
 if TYPE_CHECKING:
-    from checkpoints.paths import RelPath
-    from objstore.ids import ObjectId
+    from ckpt.checkpoints.paths import RelPath
+    from ckpt.objstore.ids import ObjectId
 
 SCHEMA_VERSION = 2  # 2: + restores (the journal of restores in progress; was a file per root)
 APPLICATION_ID = 0x636B7074  # "ckpt": marks the file as ours (`PRAGMA application_id`)

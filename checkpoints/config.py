@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoints.errors import ConfigError
+from ckpt.checkpoints.errors import ConfigError
 
 CONFIG_FILE = "config.toml"
 FSYNC_MODES = ("none", "batch", "full")

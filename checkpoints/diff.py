@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from checkpoints.paths import RelPath, join_rel
-from objstore import EntryKind, ObjectId, Tree, TreeEntry
+from ckpt.checkpoints.paths import RelPath, join_rel
+from ckpt.objstore import EntryKind, ObjectId, Tree, TreeEntry
 
 TreeLoader = Callable[[ObjectId], Tree]
 

@@ -35,20 +35,17 @@ import struct
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from ckpt.objstore.native import load_native
+
 _HEADER = struct.Struct("<HIQqqQ")
 HEADER_SIZE = _HEADER.size  # 38
 ScanOutcome = tuple[bytes, int] | int
 
-try:
-    from checkpoints._dirscan import (  # type: ignore[import-not-found]
-        listing_changes as _native_listing_changes,
-        patch_listing as _native_patch_listing,
-        scan_dirs as _native_scan_dirs,
-        walk_dirs as _native_walk_dirs,
-    )
-except ImportError:  # pragma: no cover - depends on the install
-    _native_scan_dirs = _native_walk_dirs = _native_listing_changes = None
-    _native_patch_listing = None
+_dirscan = load_native("ckpt.checkpoints._dirscan")
+_native_scan_dirs = None if _dirscan is None else _dirscan.scan_dirs
+_native_walk_dirs = None if _dirscan is None else _dirscan.walk_dirs
+_native_listing_changes = None if _dirscan is None else _dirscan.listing_changes
+_native_patch_listing = None if _dirscan is None else _dirscan.patch_listing
 
 NATIVE = _native_scan_dirs is not None
 _OPEN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

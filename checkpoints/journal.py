@@ -18,12 +18,12 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoints.errors import CatalogCorrupt
-from checkpoints.paths import RelPath, parse_relpath
-from objstore import ObjectId
-from objstore.codec import pack_data, unpack_data
-from objstore.errors import CorruptObject
-from objstore.ids import check_oid
+from ckpt.checkpoints.errors import CatalogCorrupt
+from ckpt.checkpoints.paths import RelPath, parse_relpath
+from ckpt.objstore import ObjectId
+from ckpt.objstore.codec import pack_data, unpack_data
+from ckpt.objstore.errors import CorruptObject
+from ckpt.objstore.ids import check_oid
 
 _VERSION = 1
 

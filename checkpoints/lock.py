@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Self
 
-from checkpoints.errors import StoreBusy
+from ckpt.checkpoints.errors import StoreBusy
 
 # The owner record is a few hundred bytes; anything longer is not ours and is not parsed.
 _MAX_OWNER_BYTES = 4096

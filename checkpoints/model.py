@@ -21,8 +21,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from checkpoints.paths import RelPath
-    from objstore.ids import ObjectId
+    from ckpt.checkpoints.paths import RelPath
+    from ckpt.objstore.ids import ObjectId
 
 Scope = Literal["tree", "paths"]
 SCOPES: tuple[Scope, ...] = ("tree", "paths")

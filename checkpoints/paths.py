@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import NewType
 
-from checkpoints.errors import UnsafePath
+from ckpt.checkpoints.errors import UnsafePath
 
 RelPath = NewType("RelPath", bytes)
 

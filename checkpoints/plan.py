@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from checkpoints.paths import RelPath, join_rel
-from objstore import EntryKind, InvalidTree, ObjectId, Tree, TreeEntry
+from ckpt.checkpoints.paths import RelPath, join_rel
+from ckpt.objstore import EntryKind, InvalidTree, ObjectId, Tree, TreeEntry
 
 TreeLoader = Callable[[ObjectId], Tree]
 _GIT = b".git"  # excluded from every snapshot (ignore.py), so never in a genuine target

@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from checkpoints.paths import RelPath
-from checkpoints.plan import RestorePlan
-from objstore import EntryKind, ObjectId
+from ckpt.checkpoints.paths import RelPath
+from ckpt.checkpoints.plan import RestorePlan
+from ckpt.objstore import EntryKind, ObjectId
 
 if TYPE_CHECKING:  # only named in annotations: fsck stays off the start-up path
-    from objstore.fsck import FsckReport
+    from ckpt.objstore.fsck import FsckReport
 
 
 @dataclass(frozen=True, slots=True)

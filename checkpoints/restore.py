@@ -32,18 +32,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from checkpoints.paths import RelPath, display, parent_rel
-from checkpoints.plan import FileWrite, RestorePlan
-from checkpoints.statcache import RACY_WINDOW_NS
-from objstore import EntryKind, ObjectStore
+from ckpt.checkpoints.paths import RelPath, display, parent_rel
+from ckpt.checkpoints.plan import FileWrite, RestorePlan
+from ckpt.checkpoints.statcache import RACY_WINDOW_NS
+from ckpt.objstore import EntryKind, ObjectStore
+from ckpt.objstore.native import load_native
 
-try:
-    from checkpoints._fsops import (  # type: ignore[import-not-found]
-        empty_dir as _native_empty_dir,
-        exchange as _native_exchange,
-    )
-except ImportError:  # pragma: no cover - depends on the install
-    _native_empty_dir = _native_exchange = None
+_fsops = load_native("ckpt.checkpoints._fsops")
+_native_empty_dir = None if _fsops is None else _fsops.empty_dir
+_native_exchange = None if _fsops is None else _fsops.exchange
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 ProgressFn = Callable[[str, int, int], None]

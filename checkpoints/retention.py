@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 
-from checkpoints.model import CheckpointRecord
+from ckpt.checkpoints.model import CheckpointRecord
 
 
 def select_prunable(

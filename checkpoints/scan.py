@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from checkpoints.dirlisting import (
+from ckpt.checkpoints.dirlisting import (
     Known,
     ListedEntry,
     MaybeNames,
@@ -36,9 +36,9 @@ from checkpoints.dirlisting import (
     patch_listing,
     walk_dirs,
 )
-from checkpoints.model import SkippedPath
-from checkpoints.paths import RelPath, ancestors, parse_relpath
-from checkpoints.statcache import (
+from ckpt.checkpoints.model import SkippedPath
+from ckpt.checkpoints.paths import RelPath, ancestors, parse_relpath
+from ckpt.checkpoints.statcache import (
     CTIME,
     INO,
     KIND,
@@ -59,7 +59,7 @@ from checkpoints.statcache import (
     row_name,
     same_stat,
 )
-from objstore import (
+from ckpt.objstore import (
     ContentChanged,
     EntryKind,
     ObjectId,
@@ -71,7 +71,7 @@ from objstore import (
 )
 
 if TYPE_CHECKING:  # pathspec costs ~60 ms to import: only snapshots pay for it
-    from checkpoints.ignore import DirRules, IgnoreRules
+    from ckpt.checkpoints.ignore import DirRules, IgnoreRules
 
 ProgressFn = Callable[[str, int, int], None]  # (stage, done, total)
 _CHANGED_RETRIES = 3

@@ -22,10 +22,10 @@ from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from checkpoints.catalog import Catalog
-from checkpoints.config import StoreConfig, read_config, write_config
-from checkpoints.diff import Change, diff_trees, iter_leaves
-from checkpoints.errors import (
+from ckpt.checkpoints.catalog import Catalog
+from ckpt.checkpoints.config import StoreConfig, read_config, write_config
+from ckpt.checkpoints.diff import Change, diff_trees, iter_leaves
+from ckpt.checkpoints.errors import (
     CatalogCorrupt,
     CheckpointError,
     NothingMatched,
@@ -35,18 +35,18 @@ from checkpoints.errors import (
     UnknownCheckpoint,
     UnsafePath,
 )
-from checkpoints.journal import (
+from ckpt.checkpoints.journal import (
     RestoreIntent,
     clear_intent,
     decode_intent,
     encode_intent,
     read_intent,
 )
-from checkpoints.lock import RootLock
-from checkpoints.model import CheckpointRecord, CheckpointStats, Event, new_checkpoint_id
-from checkpoints.paths import RelPath, parse_relpath, user_path_to_rel
-from checkpoints.retention import select_over_cap, select_prunable
-from checkpoints.scan import (
+from ckpt.checkpoints.lock import RootLock
+from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, new_checkpoint_id
+from ckpt.checkpoints.paths import RelPath, parse_relpath, user_path_to_rel
+from ckpt.checkpoints.retention import select_over_cap, select_prunable
+from ckpt.checkpoints.scan import (
     ProgressFn,
     ScanOptions,
     ScanResult,
@@ -54,25 +54,25 @@ from checkpoints.scan import (
     scan_paths,
     scan_workspace,
 )
-from checkpoints.statcache import (
+from ckpt.checkpoints.statcache import (
     StatCache,
     check_stat_cache,
     leaf_counts,
     read_stat_cache,
     write_stat_cache,
 )
-from objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, TreeEntry, hash_bytes
-from objstore.errors import ObjstoreError, StoreNotFound
-from objstore.local import remove_if_older
+from ckpt.objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, TreeEntry, hash_bytes
+from ckpt.objstore.errors import ObjstoreError, StoreNotFound
+from ckpt.objstore.local import remove_if_older
 
 # The restore side (plan, restore, reports) is imported where it is used: a `ckpt create` is
 # one process start, and those modules' classes cost ~10 ms to build for nothing.
 if TYPE_CHECKING:
-    from checkpoints.ignore import IgnoreRules
-    from checkpoints.plan import RestorePlan
-    from checkpoints.reports import CheckReport, FileEntry, PruneReport, RestoreReport, StoreStats
-    from checkpoints.restore import ApplyReport
-    from objstore.gc import GcReport
+    from ckpt.checkpoints.ignore import IgnoreRules
+    from ckpt.checkpoints.plan import RestorePlan
+    from ckpt.checkpoints.reports import CheckReport, FileEntry, PruneReport, RestoreReport, StoreStats
+    from ckpt.checkpoints.restore import ApplyReport
+    from ckpt.objstore.gc import GcReport
 
 Clock = Callable[[], datetime]
 # A call whose scan hashed, or whose restore wrote, more files than this is bulky: it does its
@@ -93,10 +93,10 @@ def preload() -> None:
     process, such as an agent harness, that would rather pay once at start than at its first
     restore or first scan without a stat cache. The CLI never calls it: each command is one
     process start, and most never need those modules."""
-    import checkpoints.ignore  # noqa: PLC0415
-    import checkpoints.plan  # noqa: PLC0415
-    import checkpoints.reports  # noqa: PLC0415
-    import checkpoints.restore  # noqa: PLC0415
+    import ckpt.checkpoints.ignore  # noqa: PLC0415
+    import ckpt.checkpoints.plan  # noqa: PLC0415
+    import ckpt.checkpoints.reports  # noqa: PLC0415
+    import ckpt.checkpoints.restore  # noqa: PLC0415
 
 
 @contextmanager
@@ -328,7 +328,7 @@ class Checkpoints:
         return [parse_relpath(rel)]
 
     def _rules(self, translations: tuple[str, Mapping[str, Any]] | None = None) -> IgnoreRules:
-        from checkpoints.ignore import IgnoreRules, reuse_translations  # noqa: PLC0415  (lazy)
+        from ckpt.checkpoints.ignore import IgnoreRules, reuse_translations  # noqa: PLC0415  (lazy)
 
         if translations is not None:  # saved by an earlier scan: spares importing pathspec
             reuse_translations(*translations)
@@ -414,7 +414,7 @@ class Checkpoints:
             self.objects.sync()
         new_cache.ignore_translations = cache.ignore_translations
         if loaded:
-            from checkpoints.ignore import known_translations  # noqa: PLC0415  (loaded already)
+            from ckpt.checkpoints.ignore import known_translations  # noqa: PLC0415  (loaded already)
 
             new_cache.ignore_translations = known_translations()
             if new_cache.ignore_translations != cache.ignore_translations:
@@ -507,7 +507,7 @@ class Checkpoints:
                                    root=self.root)
 
     def files(self, ref: str) -> builtins.list[FileEntry]:
-        from checkpoints.reports import FileEntry  # noqa: PLC0415 (see the imports)
+        from ckpt.checkpoints.reports import FileEntry  # noqa: PLC0415 (see the imports)
 
         record = self.get(ref)
         return [FileEntry(path, e.kind, e.size, e.oid, e.target)
@@ -600,7 +600,7 @@ class Checkpoints:
             )
             plan = self._plan(intent, current)
             if dry_run:
-                from checkpoints.restore import ApplyReport  # noqa: PLC0415 (see the imports)
+                from ckpt.checkpoints.restore import ApplyReport  # noqa: PLC0415 (see the imports)
 
                 return self._report(target, plan, ApplyReport(), None, (), True, started)
             # Nothing to write needs no journal. The journal and the pre-restore save go in one
@@ -621,7 +621,7 @@ class Checkpoints:
 
     def _plan(self, intent: RestoreIntent, current: ObjectId) -> RestorePlan:
         """Plan from `current`, the state the scan just saw (and wrote to the stat cache)."""
-        from checkpoints.plan import plan_restore  # noqa: PLC0415 (see the imports)
+        from ckpt.checkpoints.plan import plan_restore  # noqa: PLC0415 (see the imports)
 
         return plan_restore(self.objects.get_tree, current, intent.tree, scope=intent.scope,
                             covered=intent.covered, absent_parents=intent.absent_parents,
@@ -650,7 +650,7 @@ class Checkpoints:
     def _execute(self, intent: RestoreIntent, target: CheckpointRecord, plan: RestorePlan,
                  started: float, progress: ProgressFn | None, *,
                  resuming: bool = False) -> RestoreReport:
-        from checkpoints.restore import ApplyReport, describe_conflicts  # noqa: PLC0415
+        from ckpt.checkpoints.restore import ApplyReport, describe_conflicts  # noqa: PLC0415
 
         if plan.is_empty and not resuming:
             applied = ApplyReport()  # nothing to write, so nothing to journal or stage
@@ -684,7 +684,7 @@ class Checkpoints:
     def _apply_journaled(self, intent: RestoreIntent, plan: RestorePlan,
                          progress: ProgressFn | None, *, resuming: bool) -> ApplyReport:
         """Stage and apply `plan`; the caller has journaled `intent`."""
-        from checkpoints.restore import (  # noqa: PLC0415 (see the imports)
+        from ckpt.checkpoints.restore import (  # noqa: PLC0415 (see the imports)
             apply_plan,
             remove_staging,
             remove_staging_soon,
@@ -720,7 +720,7 @@ class Checkpoints:
 
     def _report(self, target: CheckpointRecord, plan: RestorePlan, applied: ApplyReport,
                 pre: str | None, discarded: tuple[str, ...], dry_run: bool, started: float) -> RestoreReport:
-        from checkpoints.reports import RestoreReport  # noqa: PLC0415 (see the imports)
+        from ckpt.checkpoints.reports import RestoreReport  # noqa: PLC0415 (see the imports)
 
         if dry_run:
             written = len(plan.writes) + len(plan.chmods)
@@ -785,7 +785,7 @@ class Checkpoints:
         except OSError:
             return
         if names:
-            from checkpoints.restore import remove_staging  # noqa: PLC0415 (see the imports)
+            from ckpt.checkpoints.restore import remove_staging  # noqa: PLC0415 (see the imports)
 
             for name in names:
                 remove_staging(os.fsencode(os.path.join(self._root_dir, name)))
@@ -794,7 +794,7 @@ class Checkpoints:
         if os.path.lexists(self._journal_path):  # an older ckpt's journal file: carried over
             self.catalog.journal_restore(self._root_key, encode_intent(intent))
             clear_intent(self._journal_path)
-        from checkpoints.restore import remove_staging  # noqa: PLC0415 (see the imports)
+        from ckpt.checkpoints.restore import remove_staging  # noqa: PLC0415 (see the imports)
 
         remove_staging(intent.staging)  # (in the workspace, for a store on another file system)
         try:
@@ -838,7 +838,7 @@ class Checkpoints:
     def prune(self, *, reason: str | None = None, turn_id: str | None = None,
               keep_latest: int | None = None, older_than: timedelta | None = None,
               dry_run: bool = False, collect: bool = True) -> PruneReport:
-        from checkpoints.reports import PruneReport  # noqa: PLC0415 (see the imports)
+        from ckpt.checkpoints.reports import PruneReport  # noqa: PLC0415 (see the imports)
 
         victims = select_prunable(self.history(), now=self._clock(), reason=reason,
                                   turn_id=turn_id, keep_latest=keep_latest, older_than=older_than)
@@ -865,7 +865,7 @@ class Checkpoints:
             # pruned meanwhile, or completing them would fail for good.
             journaled = self._journaled_intents()
             roots = self.catalog.tree_roots() + [intent.tree for intent in journaled]
-            from objstore.gc import collect_garbage  # noqa: PLC0415 (off the start-up path)
+            from ckpt.objstore.gc import collect_garbage  # noqa: PLC0415 (off the start-up path)
 
             report = collect_garbage(self.objects, roots, grace_seconds=grace,
                                      now=time.time(), dry_run=dry_run)
@@ -885,7 +885,7 @@ class Checkpoints:
         root that no call has used since: the next write call on a root removes its own).
         Nobody writes them while gc holds its exclusive lock, so the age limit is only a
         second guard."""
-        from checkpoints.restore import remove_staging  # noqa: PLC0415 (see the imports)
+        from ckpt.checkpoints.restore import remove_staging  # noqa: PLC0415 (see the imports)
 
         store = glob.escape(self.store_dir)
         swept = sum(remove_if_older(path, older_than)
@@ -923,8 +923,8 @@ class Checkpoints:
     def fsck(self, *, full: bool = False) -> CheckReport:
         self.settle()
         records = self.catalog.history(session=None)
-        from checkpoints.reports import CheckReport  # noqa: PLC0415 (see the imports)
-        from objstore.fsck import check_store  # noqa: PLC0415 (off the start-up path)
+        from ckpt.checkpoints.reports import CheckReport  # noqa: PLC0415 (see the imports)
+        from ckpt.objstore.fsck import check_store  # noqa: PLC0415 (off the start-up path)
 
         report = check_store(self.objects, [r.tree for r in records], full=full)
         damaged = tuple(r.id for r in records if r.tree in report.damaged_roots)
@@ -966,7 +966,7 @@ class Checkpoints:
         return tuple(found), tuple(caches)
 
     def stats(self) -> StoreStats:
-        from checkpoints.reports import StoreStats  # noqa: PLC0415 (see the imports)
+        from ckpt.checkpoints.reports import StoreStats  # noqa: PLC0415 (see the imports)
 
         backend = self.objects.backend
         count = stored = 0

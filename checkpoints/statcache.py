@@ -44,15 +44,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from objstore import FileState
-from objstore.codec import pack_data, unpack_data
-from objstore.errors import CorruptObject
-from objstore.ids import OID_SIZE, hash_bytes
+from ckpt.objstore import FileState
+from ckpt.objstore.codec import pack_data, unpack_data
+from ckpt.objstore.errors import CorruptObject
+from ckpt.objstore.ids import OID_SIZE, hash_bytes
+from ckpt.objstore.native import load_native
 
-try:
-    from checkpoints._fsops import exchange as _native_exchange  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the install
-    _native_exchange = None
+_fsops = load_native("ckpt.checkpoints._fsops")
+_native_exchange = None if _fsops is None else _fsops.exchange
 
 CACHE_VERSION = 6  # 2: checksum trailer; 3: listings, packed rows, settings; 4: wire records;
 # 5: listings kept with their racy names; 6: sizes and file counts outside the packed rest

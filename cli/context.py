@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from cli.params import check_text
-from cli.progress import Progress, make_progress
+from ckpt.cli.params import check_text
+from ckpt.cli.progress import Progress, make_progress
 
 if TYPE_CHECKING:
-    from checkpoints.service import Checkpoints
+    from ckpt.checkpoints.service import Checkpoints
 
 STORE_NAME = ".ckpt"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -79,14 +79,14 @@ class State:
     def open(self) -> Checkpoints:
         """The library, opened once per invocation and closed when the command ends."""
         if self._service is None:
-            from checkpoints.service import Checkpoints
+            from ckpt.checkpoints.service import Checkpoints
 
             self._service = Checkpoints.open(self.root, self.store, self.session)
             click.get_current_context().call_on_close(self.close)
         return self._service
 
     def init(self) -> Checkpoints:
-        from checkpoints.service import Checkpoints
+        from ckpt.checkpoints.service import Checkpoints
 
         self._service = Checkpoints.init(self.root, self.store, self.session)
         click.get_current_context().call_on_close(self.close)
@@ -132,7 +132,7 @@ def complete_checkpoint_id(ctx: click.Context, param: click.Parameter,
     try:
         params = ctx.find_root().params
         root = params.get("root") or find_root(os.getcwd())
-        from checkpoints.service import Checkpoints
+        from ckpt.checkpoints.service import Checkpoints
 
         with Checkpoints.open(root, params.get("store"), params.get("session") or "default") as cp:
             ids = [r.id for r in cp.history(all_sessions=True)]

@@ -189,32 +189,32 @@ def _internal(exc: Any) -> Failure:
 # here (InvalidTree under CorruptObject) takes its parent's rule; the package roots and the
 # builtins at the end catch everything else.
 RULES: dict[str, Rule] = {
-    "cli.errors.CliError": _cli_error,
-    "cli.errors.DamageFound": _damage,
+    "ckpt.cli.errors.CliError": _cli_error,
+    "ckpt.cli.errors.DamageFound": _damage,
     # checkpoints: user errors
-    "checkpoints.errors.NotInitialized": _not_initialized,
-    "checkpoints.errors.UnknownCheckpoint": _unknown_checkpoint,
-    "checkpoints.errors.AmbiguousCheckpoint": _ambiguous,
-    "checkpoints.errors.UnsafePath": _message(USER_ERROR),
-    "checkpoints.errors.ConfigError": _config_error,
+    "ckpt.checkpoints.errors.NotInitialized": _not_initialized,
+    "ckpt.checkpoints.errors.UnknownCheckpoint": _unknown_checkpoint,
+    "ckpt.checkpoints.errors.AmbiguousCheckpoint": _ambiguous,
+    "ckpt.checkpoints.errors.UnsafePath": _message(USER_ERROR),
+    "ckpt.checkpoints.errors.ConfigError": _config_error,
     # nothing matched / partial restore
-    "checkpoints.errors.NothingMatched": _message(NOTHING_MATCHED),
-    "checkpoints.errors.RestoreIncomplete": _restore_incomplete,
+    "ckpt.checkpoints.errors.NothingMatched": _message(NOTHING_MATCHED),
+    "ckpt.checkpoints.errors.RestoreIncomplete": _restore_incomplete,
     # busy
-    "checkpoints.errors.StoreBusy": _store_busy,
+    "ckpt.checkpoints.errors.StoreBusy": _store_busy,
     # corruption
-    "checkpoints.errors.CatalogCorrupt": _message(CORRUPTION, _FSCK_HINT),
-    "objstore.errors.CorruptObject": _message(CORRUPTION, _FSCK_HINT),
-    "objstore.errors.ObjectNotFound": _message(CORRUPTION, _FSCK_HINT),
-    "objstore.errors.UnsupportedFormat": _message(CORRUPTION, "upgrade ckpt to open this store"),
+    "ckpt.checkpoints.errors.CatalogCorrupt": _message(CORRUPTION, _FSCK_HINT),
+    "ckpt.objstore.errors.CorruptObject": _message(CORRUPTION, _FSCK_HINT),
+    "ckpt.objstore.errors.ObjectNotFound": _message(CORRUPTION, _FSCK_HINT),
+    "ckpt.objstore.errors.UnsupportedFormat": _message(CORRUPTION, "upgrade ckpt to open this store"),
     # objstore errors that are the user's to fix
-    "objstore.errors.StoreNotFound": _not_initialized,
-    "objstore.errors.ContentChanged": _message(USER_ERROR, "a file changed while it was read; "
+    "ckpt.objstore.errors.StoreNotFound": _not_initialized,
+    "ckpt.objstore.errors.ContentChanged": _message(USER_ERROR, "a file changed while it was read; "
                                                            "run the command again"),
-    "objstore.errors.StoreWriteError": _store_write,
+    "ckpt.objstore.errors.StoreWriteError": _store_write,
     # roots
-    "checkpoints.errors.CheckpointError": _message(USER_ERROR),
-    "objstore.errors.ObjstoreError": _message(CORRUPTION, _FSCK_HINT),
+    "ckpt.checkpoints.errors.CheckpointError": _message(USER_ERROR),
+    "ckpt.objstore.errors.ObjstoreError": _message(CORRUPTION, _FSCK_HINT),
     "builtins.KeyboardInterrupt": _interrupted,
     "builtins.OSError": _os_error,
     "builtins.BaseException": _internal,

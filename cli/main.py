@@ -19,9 +19,9 @@ from typing import Any, NoReturn
 
 import click
 
-from cli import __version__, errors
-from cli.commands import maintenance, restore, setup, snapshot, tune
-from cli.context import State, find_root, text_callback
+from ckpt.cli import __version__, errors
+from ckpt.cli.commands import maintenance, restore, setup, snapshot, tune
+from ckpt.cli.context import State, find_root, text_callback
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

@@ -4,7 +4,7 @@ This package knows nothing of workspaces, sessions or ignore rules: it stores an
 verified bytes and trees by id. Import the names below; submodules are internal structure.
 """
 
-from objstore.errors import (
+from ckpt.objstore.errors import (
     ContentChanged,
     CorruptObject,
     InvalidTree,
@@ -14,9 +14,9 @@ from objstore.errors import (
     StoreWriteError,
     UnsupportedFormat,
 )
-from objstore.ids import ObjectId, hash_bytes, oid_hex, parse_oid
-from objstore.objects import EntryKind, Tree, TreeEntry, make_entry
-from objstore.store import FileState, ObjectStore, PutResult, StoreOptions
+from ckpt.objstore.ids import ObjectId, hash_bytes, oid_hex, parse_oid
+from ckpt.objstore.objects import EntryKind, Tree, TreeEntry, make_entry
+from ckpt.objstore.store import FileState, ObjectStore, PutResult, StoreOptions
 
 __all__ = [
     "ContentChanged",

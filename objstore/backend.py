@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, Literal, Protocol, runtime_checkable
 
-from objstore.ids import ObjectId
+from ckpt.objstore.ids import ObjectId
 
 FsyncPolicy = Literal["none", "batch", "full"]
 FSYNC_POLICIES: tuple[FsyncPolicy, ...] = ("none", "batch", "full")

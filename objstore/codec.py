@@ -20,9 +20,9 @@ from typing import Any, BinaryIO
 import msgpack
 import zstandard
 
-from objstore.errors import CorruptObject, InvalidTree, ObjstoreError
-from objstore.ids import OID_SIZE, ObjectId
-from objstore.objects import EntryKind, Tree, TreeEntry, make_entry
+from ckpt.objstore.errors import CorruptObject, InvalidTree, ObjstoreError
+from ckpt.objstore.ids import OID_SIZE, ObjectId
+from ckpt.objstore.objects import EntryKind, Tree, TreeEntry, make_entry
 
 MAGIC = b"CKO"
 FORMAT = 1

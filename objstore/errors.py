@@ -5,7 +5,7 @@ Messages are one line. Nothing here maps errors to exit codes (that is the CLI's
 
 from __future__ import annotations
 
-from objstore.ids import ObjectId
+from ckpt.objstore.ids import ObjectId
 
 
 class ObjstoreError(Exception):

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from objstore.errors import CorruptObject, ObjectNotFound
-from objstore.ids import ObjectId
-from objstore.store import ObjectStore
-from objstore.walk import Damage, walk_reachable
+from ckpt.objstore.errors import CorruptObject, ObjectNotFound
+from ckpt.objstore.ids import ObjectId
+from ckpt.objstore.store import ObjectStore
+from ckpt.objstore.walk import Damage, walk_reachable
 
 
 @dataclass(frozen=True, slots=True)

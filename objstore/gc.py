@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from objstore.backend import Compactable
-from objstore.errors import CorruptObject, ObjectNotFound
-from objstore.ids import ObjectId
-from objstore.store import ObjectStore
-from objstore.walk import walk_reachable
+from ckpt.objstore.backend import Compactable
+from ckpt.objstore.errors import CorruptObject, ObjectNotFound
+from ckpt.objstore.ids import ObjectId
+from ckpt.objstore.store import ObjectStore
+from ckpt.objstore.walk import walk_reachable
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,9 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
-from objstore.backend import FsyncPolicy, ObjectStat
-from objstore.errors import ObjectNotFound
-from objstore.ids import HEX_SIZE, ObjectId
+from ckpt.objstore.backend import FsyncPolicy, ObjectStat
+from ckpt.objstore.errors import ObjectNotFound
+from ckpt.objstore.ids import HEX_SIZE, ObjectId
 
 _TEMP_PREFIX = ".tmp-"
 _HEX_CHARS = frozenset("0123456789abcdef")

@@ -7,9 +7,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
-from objstore.backend import ObjectStat
-from objstore.errors import ObjectNotFound
-from objstore.ids import ObjectId
+from ckpt.objstore.backend import ObjectStat
+from ckpt.objstore.errors import ObjectNotFound
+from ckpt.objstore.ids import ObjectId
 
 
 class MemoryBackend:

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 
-from objstore.errors import InvalidTree
-from objstore.ids import OID_SIZE, ObjectId
+from ckpt.objstore.errors import InvalidTree
+from ckpt.objstore.ids import OID_SIZE, ObjectId
 
 _SIZE_LIMIT = 1 << 64
 

@@ -36,14 +36,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
 from typing import BinaryIO, TypeVar
 
-from objstore import packfile
-from objstore.backend import FsyncPolicy, ObjectStat
-from objstore.errors import CorruptObject, ObjectNotFound
-from objstore.ids import ObjectId
-from objstore.local import LocalBackend, remove_if_older
-from objstore.packfile import PackWriter, pack_path
-from objstore.packtable import PackTable
-from objstore.repack import Deletion, compact_packs, fold_packs, packs_to_fold
+from ckpt.objstore import packfile
+from ckpt.objstore.backend import FsyncPolicy, ObjectStat
+from ckpt.objstore.errors import CorruptObject, ObjectNotFound
+from ckpt.objstore.ids import ObjectId
+from ckpt.objstore.local import LocalBackend, remove_if_older
+from ckpt.objstore.packfile import PackWriter, pack_path
+from ckpt.objstore.packtable import PackTable
+from ckpt.objstore.repack import Deletion, compact_packs, fold_packs, packs_to_fold
 
 PACKS_DIR = "packs"
 _T = TypeVar("_T")

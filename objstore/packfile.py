@@ -31,9 +31,9 @@ from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from typing import BinaryIO, cast
 
-from objstore.backend import FsyncPolicy
-from objstore.ids import OID_SIZE, ObjectId, hash_bytes
-from objstore.local import fsync_dir
+from ckpt.objstore.backend import FsyncPolicy
+from ckpt.objstore.ids import OID_SIZE, ObjectId, hash_bytes
+from ckpt.objstore.local import fsync_dir
 
 PACK_MAGIC = b"CKPACK\x00\x01"
 INDEX_MAGIC = b"CKPIDX\x00\x01"

@@ -22,7 +22,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from objstore.ids import OID_SIZE
+from ckpt.objstore.ids import OID_SIZE
 
 _MERGE_AFTER = 2000  # lookups: ~12 µs each over 6 packs in place, vs ~40 ms to merge 80k
 _MERGE_AT_ONCE = 4096  # ids: an index this small costs less to merge than to search in place

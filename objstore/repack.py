@@ -19,11 +19,11 @@ import os
 from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from objstore.backend import FsyncPolicy
-from objstore.errors import ObjectNotFound
-from objstore.ids import ObjectId
-from objstore.local import LocalBackend, fsync_dir
-from objstore.packfile import (
+from ckpt.objstore.backend import FsyncPolicy
+from ckpt.objstore.errors import ObjectNotFound
+from ckpt.objstore.ids import ObjectId
+from ckpt.objstore.local import LocalBackend, fsync_dir
+from ckpt.objstore.packfile import (
     CorruptIndex,
     Entry,
     PackWriter,

@@ -16,32 +16,30 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol
 
-from objstore import codec
-from objstore.backend import Backend, FsyncPolicy
-from objstore.errors import (
+from ckpt.objstore import codec
+from ckpt.objstore.backend import Backend, FsyncPolicy
+from ckpt.objstore.errors import (
     ContentChanged,
     CorruptObject,
     StoreNotFound,
     StoreWriteError,
     UnsupportedFormat,
 )
-from objstore.ids import ObjectId, StreamHasher, hash_bytes
-from objstore.local import LocalBackend
-from objstore.objects import Tree
-from objstore.pack import PACKS_DIR, PackedBackend
+from ckpt.objstore.ids import ObjectId, StreamHasher, hash_bytes
+from ckpt.objstore.local import LocalBackend
+from ckpt.objstore.native import load_native
+from ckpt.objstore.objects import Tree
+from ckpt.objstore.pack import PACKS_DIR, PackedBackend
 
 if TYPE_CHECKING:  # thread pools only where a batch put runs: off every command's start-up
     from concurrent.futures import Future, ThreadPoolExecutor
 
-try:  # optional (pyproject.toml): without it put_files reads each file from Python
-    from objstore._readfiles import (  # type: ignore[import-not-found]
-        CHANGED as _CHANGED,
-        NOT_REGULAR as _NOT_REGULAR,
-        read_files as _native_read_files,
-    )
-except ImportError:  # pragma: no cover - depends on the install
-    _native_read_files = None
-    _CHANGED = _NOT_REGULAR = 0
+# Optional (objstore/native.py): without it put_files reads each file from Python.
+_readfiles = load_native("ckpt.objstore._readfiles")
+_native_read_files: Callable[..., Any] | None = (
+    None if _readfiles is None else _readfiles.read_files)
+_CHANGED: int = 0 if _readfiles is None else _readfiles.CHANGED
+_NOT_REGULAR: int = 0 if _readfiles is None else _readfiles.NOT_REGULAR
 
 FORMAT_VERSION = 1
 FORMAT_FILE = "format"
@@ -634,6 +632,7 @@ def _read_natively(paths: Iterable[str | bytes], limit: int
 
 
 def _read_chunk(chunk: list[str | bytes], limit: int) -> Iterator[tuple[str | bytes, Any]]:
+    assert _native_read_files is not None  # callers check first
     encoded = [os.fsencode(path) for path in chunk]
     start = 0
     while start < len(chunk):

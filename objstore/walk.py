@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from objstore.errors import CorruptObject, ObjectNotFound
-from objstore.ids import ObjectId
-from objstore.objects import EntryKind
-from objstore.store import ObjectStore
+from ckpt.objstore.errors import CorruptObject, ObjectNotFound
+from ckpt.objstore.ids import ObjectId
+from ckpt.objstore.objects import EntryKind
+from ckpt.objstore.store import ObjectStore
 
 
 @dataclass(frozen=True, slots=True)

@@ -254,7 +254,7 @@ def test_ckpt_api_worker_peak_rss_is_its_own_not_the_harness_s(tmp_path: Path) -
 
 def test_compare_never_imports_ckpt() -> None:
     code = ("import sys, bench.compare; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'checkpoints', 'objstore', 'cli'}))")
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'ckpt', 'checkpoints', 'objstore', 'cli'}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -367,8 +367,7 @@ def test_compare_measures_a_fresh_non_editable_venv_install(
     assert install["ckpt"] == str(venv / "bin" / "ckpt")
     assert install["cli_interpreter"] == str(venv / "bin" / "python")  # the CLI runs the venv
     site = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
-    assert install["ckpt_module"] == str(site / "checkpoints" / "__init__.py")
-    assert install["worker_module"] == str(site / "bench" / "inprocess.py")
+    assert install["ckpt_module"] == str(site / "ckpt" / "checkpoints" / "__init__.py")
     assert install["without_pyc"] == []  # precompiled despite PYTHONDONTWRITEBYTECODE
     assert isinstance(install["native"], bool)
     api = next(r for r in report["runs"] if r["tool"] == "ckpt-api")

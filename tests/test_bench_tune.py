@@ -28,8 +28,8 @@ from bench.tune import (
     render_table,
     run_tuning,
 )
-from checkpoints.config import StoreConfig, write_config
-from checkpoints.service import Checkpoints
+from ckpt.checkpoints.config import StoreConfig, write_config
+from ckpt.checkpoints.service import Checkpoints
 
 PAST_NS = 1_600_000_000 * 10**9
 

@@ -13,13 +13,21 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _top(module: str) -> str:
+    """The layer a module belongs to: `ckpt.checkpoints.scan` -> `checkpoints`, `click` -> `click`."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "ckpt" and len(parts) > 1 else parts[0]
+
+
 def _imports(path: Path) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
+            found.update(_top(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
+            found.add(_top(node.module))
+            if node.module == "ckpt":
+                found.update(alias.name for alias in node.names)
     return found
 
 
@@ -48,7 +56,18 @@ def test_every_package_directory_is_installed() -> None:
     import tomllib
 
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {".".join(p.parent.relative_to(ROOT).parts)
-             for top in ("objstore", "checkpoints", "cli", "bench")
-             for p in (ROOT / top).rglob("__init__.py")}
+    found = {"ckpt", *(".".join(("ckpt", *p.parent.relative_to(ROOT).parts))
+                       for top in ("objstore", "checkpoints", "cli")
+                       for p in (ROOT / top).rglob("__init__.py"))}
     assert found == listed
+    # ckpt/ links each top-level folder in: the wheel is built from ckpt/.
+    assert {p.name: p.readlink() for p in (ROOT / "ckpt").iterdir() if p.is_symlink()} == {
+        top: Path("..", top) for top in ("objstore", "checkpoints", "cli")}
+
+
+def test_the_wheel_holds_only_the_ckpt_namespace() -> None:
+    """A harness with its own `checkpoints/` or `cli/` package must still import ours."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert {name.split(".")[0] for name in setuptools["packages"]} == {"ckpt"}

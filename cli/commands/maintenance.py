@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.context import State, json_option, pass_state
-from cli.errors import DamageFound
-from cli.params import parse_duration
-from cli.render import (
+from ckpt.cli.context import State, json_option, pass_state
+from ckpt.cli.errors import DamageFound
+from ckpt.cli.params import parse_duration
+from ckpt.cli.render import (
     display_path,
     format_size,
     format_when,
@@ -26,7 +26,7 @@ from cli.render import (
 )
 
 if TYPE_CHECKING:
-    from checkpoints.model import Event
+    from ckpt.checkpoints.model import Event
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]  # generic only in click >= 8.2

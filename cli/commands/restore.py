@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cli.context import State, complete_checkpoint_id, json_option, pass_state, user_path
-from cli.render import display_path, format_size, write_json, write_lines
+from ckpt.cli.context import State, complete_checkpoint_id, json_option, pass_state, user_path
+from ckpt.cli.render import display_path, format_size, write_json, write_lines
 
 if TYPE_CHECKING:
-    from checkpoints.plan import RestorePlan
-    from checkpoints.reports import RestoreReport
+    from ckpt.checkpoints.plan import RestorePlan
+    from ckpt.checkpoints.reports import RestoreReport
 
 
 def summary_line(report: RestoreReport) -> str:
@@ -81,7 +81,7 @@ def restore(state: State, id: str, dry_run: bool, no_save: bool, no_event: bool,
     checkpoint, whose id the summary prints: restoring it undoes the restore. Ignored files
     and paths the checkpoint did not capture are never deleted.
     """
-    from checkpoints.errors import RestoreIncomplete
+    from ckpt.checkpoints.errors import RestoreIncomplete
 
     service = state.open()
     try:

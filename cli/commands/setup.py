@@ -11,9 +11,9 @@ from typing import Any
 
 import click
 
-from cli.context import State, json_option, pass_state, user_path
-from cli.errors import CliError
-from cli.render import path_text, write_json, write_lines
+from ckpt.cli.context import State, json_option, pass_state, user_path
+from ckpt.cli.errors import CliError
+from ckpt.cli.render import path_text, write_json, write_lines
 
 
 @click.command(epilog="""\b
@@ -99,7 +99,7 @@ def _config_value_text(value: object) -> str:
 
 def _store_dir(state: State) -> str:
     """The store directory, checked to be an initialized store of a format we read."""
-    from objstore import ObjectStore
+    from ckpt.objstore import ObjectStore
 
     ObjectStore.open(state.store_dir).close()  # StoreNotFound -> "run 'ckpt init'"
     return state.store_dir
@@ -123,7 +123,7 @@ def config() -> None:
 @pass_state
 def config_get(state: State, key: str, as_json: bool) -> None:
     """Print the value of setting KEY."""
-    from checkpoints.config import get_config_value, read_config
+    from ckpt.checkpoints.config import get_config_value, read_config
 
     value = get_config_value(read_config(_store_dir(state)), key)
     if as_json:
@@ -143,7 +143,7 @@ def config_set(state: State, key: str, value: str, as_json: bool) -> None:
     Sizes take units (64M, 1.5G, 100KiB), booleans true/false/yes/no/on/off/1/0, and
     extra_ignore comma-separated gitignore patterns ('' clears it).
     """
-    from checkpoints.config import get_config_value, set_config_value
+    from ckpt.checkpoints.config import get_config_value, set_config_value
 
     new = get_config_value(set_config_value(_store_dir(state), key, value), key)
     if as_json:
@@ -157,7 +157,7 @@ def config_set(state: State, key: str, value: str, as_json: bool) -> None:
 @pass_state
 def config_list(state: State, as_json: bool) -> None:
     """Print every setting and its value (defaults included)."""
-    from checkpoints.config import CONFIG_KEYS, get_config_value, read_config
+    from ckpt.checkpoints.config import CONFIG_KEYS, get_config_value, read_config
 
     cfg = read_config(_store_dir(state))
     values = {key: get_config_value(cfg, key) for key in CONFIG_KEYS}

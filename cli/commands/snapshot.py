@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
-from cli.context import (
+from ckpt.cli.context import (
     State,
     complete_checkpoint_id,
     json_option,
@@ -22,9 +22,9 @@ from cli.context import (
     text_callback,
     user_path,
 )
-from cli.params import parse_meta
-from cli.progress import stderr_is_terminal
-from cli.render import (
+from ckpt.cli.params import parse_meta
+from ckpt.cli.progress import stderr_is_terminal
+from ckpt.cli.render import (
     display_path,
     dumps,
     format_size,
@@ -38,8 +38,8 @@ from cli.render import (
 )
 
 if TYPE_CHECKING:
-    from checkpoints.model import CheckpointRecord
-    from checkpoints.reports import FileEntry
+    from ckpt.checkpoints.model import CheckpointRecord
+    from ckpt.checkpoints.reports import FileEntry
 
 MAX_SKIPPED_SHOWN = 20
 
@@ -170,7 +170,7 @@ Examples:
 @pass_state
 def latest(state: State, turn_id: str | None, reason: str | None, as_json: bool) -> None:
     """Print the newest matching checkpoint of the session (exit 3 if none)."""
-    from checkpoints.errors import NothingMatched
+    from ckpt.checkpoints.errors import NothingMatched
 
     service = state.open()
     record = service.latest(turn_id=turn_id, reason=reason)

@@ -10,8 +10,8 @@ import sys
 
 import click
 
-from cli.context import State, json_option, pass_state
-from cli.render import write_json
+from ckpt.cli.context import State, json_option, pass_state
+from ckpt.cli.render import write_json
 
 
 def _levels(text: str) -> tuple[int, ...]:

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from checkpoints.service import Checkpoints
-from objstore import EntryKind, ObjectId, ObjectStore
+from ckpt.checkpoints.service import Checkpoints
+from ckpt.objstore import EntryKind, ObjectId, ObjectStore
 
 # An mtime safely before any scan of a test: outside the stat cache's racy window.
 PAST_NS = 1_600_000_000 * 10**9

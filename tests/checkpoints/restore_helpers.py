@@ -84,7 +84,7 @@ def store_bytes(store_dir: str) -> int:
 def init_loose_store(store_dir: str) -> None:
     """Create a store that keeps one file per object (`objects/ab/cdef…`), so a test can damage
     or remove one object's file; `Checkpoints.init` then keeps that layout."""
-    from objstore import ObjectStore, StoreOptions
+    from ckpt.objstore import ObjectStore, StoreOptions
 
     if any(f.name == "layout" for f in dataclasses.fields(StoreOptions)):
         ObjectStore.init(store_dir, StoreOptions(layout="loose")).close()  # type: ignore[call-arg]

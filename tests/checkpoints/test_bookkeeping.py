@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 
-from checkpoints import service as service_module
-from checkpoints.errors import StoreBusy
-from checkpoints.service import Checkpoints
-from checkpoints.statcache import RACY_WINDOW_NS, read_stat_cache, write_stat_cache
+from ckpt.checkpoints import service as service_module
+from ckpt.checkpoints.errors import StoreBusy
+from ckpt.checkpoints.service import Checkpoints
+from ckpt.checkpoints.statcache import RACY_WINDOW_NS, read_stat_cache, write_stat_cache
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ def test_close_raises_what_failed_behind(root: str, monkeypatch: pytest.MonkeyPa
 
 def test_an_interpreter_that_exits_without_close_still_saves_the_cache(root: str) -> None:
     Checkpoints.init(root).close()
-    script = ("import sys\nfrom checkpoints.service import Checkpoints\n"
+    script = ("import sys\nfrom ckpt.checkpoints.service import Checkpoints\n"
               "cp = Checkpoints.open(sys.argv[1])\ncp.create()\n")  # no close, no settle
     done = subprocess.run([sys.executable, "-c", script, root], capture_output=True, text=True,
                           timeout=120, check=False)

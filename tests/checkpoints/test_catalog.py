@@ -21,17 +21,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import checkpoints
-from checkpoints.catalog import SCHEMA_VERSION, Catalog, _records_sql
-from checkpoints.errors import (
+from ckpt import checkpoints
+from ckpt.checkpoints.catalog import SCHEMA_VERSION, Catalog, _records_sql
+from ckpt.checkpoints.errors import (
     AmbiguousCheckpoint,
     CatalogCorrupt,
     CheckpointError,
     StoreBusy,
     UnknownCheckpoint,
 )
-from checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
-from checkpoints.paths import RelPath
+from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
+from ckpt.checkpoints.paths import RelPath
 
 REPO = str(Path(checkpoints.__path__[0]).resolve().parent)
 T0 = datetime(2026, 11, 29, 16, 0, tzinfo=UTC)
@@ -40,7 +40,7 @@ T0 = datetime(2026, 11, 29, 16, 0, tzinfo=UTC)
 # the parent can check that what a killed child wrote is exactly what it meant to write.
 FACTORY = '''
 from datetime import datetime, timedelta, timezone
-from checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
+from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
 
 def numbered_record(n, session):
     at = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=n)
@@ -62,7 +62,7 @@ numbered_event = _factory["numbered_event"]
 
 WRITER = FACTORY + '''
 import sys
-from checkpoints.catalog import Catalog
+from ckpt.checkpoints.catalog import Catalog
 path, session, start, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 with Catalog.open(path) as catalog:
     print("ready", flush=True)
@@ -75,8 +75,8 @@ with Catalog.open(path) as catalog:
 PRUNER = '''
 import sys
 from datetime import datetime, timezone
-from checkpoints.catalog import Catalog
-from checkpoints.model import Event
+from ckpt.checkpoints.catalog import Catalog
+from ckpt.checkpoints.model import Event
 path = sys.argv[1]
 with Catalog.open(path) as catalog:
     while ids := [r.id for r in catalog.history(session="old")[:10]]:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checkpoints.config import (
+from ckpt.checkpoints.config import (
     CONFIG_KEYS,
     StoreConfig,
     encode_config,
@@ -22,7 +22,7 @@ from checkpoints.config import (
     set_config_value,
     write_config,
 )
-from checkpoints.errors import CheckpointError, ConfigError
+from ckpt.checkpoints.errors import CheckpointError, ConfigError
 
 NON_DEFAULT = StoreConfig(
     compression_level=19, threads=8, fsync="full", max_file_size=0, retention_cap=50,

@@ -10,10 +10,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoints.diff import diff_trees
-from checkpoints.service import Checkpoints
-from objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, Tree, TreeEntry
-from objstore.memory import MemoryBackend
+from ckpt.checkpoints.diff import diff_trees
+from ckpt.checkpoints.service import Checkpoints
+from ckpt.objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, Tree, TreeEntry
+from ckpt.objstore.memory import MemoryBackend
 
 
 def _before(work: Any) -> None:

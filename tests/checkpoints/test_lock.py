@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-import checkpoints
-from checkpoints.errors import CheckpointError, StoreBusy
-from checkpoints.lock import LockOwner, RootLock, read_holder
+from ckpt import checkpoints
+from ckpt.checkpoints.errors import CheckpointError, StoreBusy
+from ckpt.checkpoints.lock import LockOwner, RootLock, read_holder
 
 REPO = str(Path(checkpoints.__file__).resolve().parent.parent)
 
@@ -26,7 +26,7 @@ REPO = str(Path(checkpoints.__file__).resolve().parent.parent)
 HOLDER = """
 import sys
 sys.path.insert(0, sys.argv[1])
-from checkpoints.lock import RootLock
+from ckpt.checkpoints.lock import RootLock
 lock = RootLock(sys.argv[2], timeout=5, shared=sys.argv[3] == "shared", purpose=sys.argv[4])
 lock.acquire()
 print("locked", flush=True)
@@ -39,7 +39,7 @@ lock.release()
 FORKER = """
 import os, sys
 sys.path.insert(0, sys.argv[1])
-from checkpoints.lock import RootLock
+from ckpt.checkpoints.lock import RootLock
 RootLock(sys.argv[2], timeout=5, purpose="create").acquire()
 if os.fork() == 0:
     print(os.getpid(), flush=True)

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checkpoints import errors
-from checkpoints.model import (
+from ckpt.checkpoints import errors
+from ckpt.checkpoints.model import (
     CheckpointRecord,
     CheckpointStats,
     Event,
@@ -23,7 +23,7 @@ from checkpoints.model import (
     new_checkpoint_id,
     parse_time,
 )
-from checkpoints.paths import RelPath
+from ckpt.checkpoints.paths import RelPath
 
 T0 = datetime(2026, 11, 29, 16, 17, 2, 123456, tzinfo=UTC)
 TREE = bytes(range(32))

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoints.errors import UnsafePath
-from checkpoints.paths import (
+from ckpt.checkpoints.errors import UnsafePath
+from ckpt.checkpoints.paths import (
     ancestors,
     join_rel,
     parent_rel,

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoints.paths import RelPath
-from checkpoints.plan import FileWrite, Removal, RestorePlan, plan_restore
-from objstore import EntryKind, InvalidTree, ObjectId, ObjectStore, Tree, TreeEntry
-from objstore.memory import MemoryBackend
+from ckpt.checkpoints.paths import RelPath
+from ckpt.checkpoints.plan import FileWrite, Removal, RestorePlan, plan_restore
+from ckpt.objstore import EntryKind, InvalidTree, ObjectId, ObjectStore, Tree, TreeEntry
+from ckpt.objstore.memory import MemoryBackend
 
 # A literal tree: bytes = file, ("x", bytes) = executable, ("link", target) = symlink,
 # None = tombstone, a mapping = directory.

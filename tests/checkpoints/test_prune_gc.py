@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 
-from checkpoints.config import read_config, write_config
-from checkpoints.errors import UnknownCheckpoint
-from checkpoints.retention import select_over_cap
-from checkpoints.service import Checkpoints
+from ckpt.checkpoints.config import read_config, write_config
+from ckpt.checkpoints.errors import UnknownCheckpoint
+from ckpt.checkpoints.retention import select_over_cap
+from ckpt.checkpoints.service import Checkpoints
 
 
 class StepClock:

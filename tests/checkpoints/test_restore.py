@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 
-from checkpoints.config import read_config, write_config
-from checkpoints.errors import RestoreIncomplete
-from checkpoints.service import Checkpoints
-from checkpoints.statcache import RACY_WINDOW_NS
-from objstore import EntryKind, InvalidTree, Tree, TreeEntry
+from ckpt.checkpoints.config import read_config, write_config
+from ckpt.checkpoints.errors import RestoreIncomplete
+from ckpt.checkpoints.service import Checkpoints
+from ckpt.checkpoints.statcache import RACY_WINDOW_NS
+from ckpt.objstore import EntryKind, InvalidTree, Tree, TreeEntry
 
 
 @pytest.fixture
@@ -549,7 +549,7 @@ def test_a_restore_through_more_directories_than_open_files_allowed_completes(
     on a default `ulimit -n`), and what it tells the stat cache still holds."""
     import resource
 
-    from checkpoints.restore import MAX_OPEN_DIRS
+    from ckpt.checkpoints.restore import MAX_OPEN_DIRS
 
     for index in range(400):
         h.write_file(root, f"d{index:03}/sub/f.txt", b"%d" % index)

@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 
-import checkpoints
-from checkpoints.config import read_config, write_config
-from checkpoints.journal import RestoreIntent, write_intent
-from checkpoints.service import Checkpoints
-from objstore import CorruptObject, ObjectNotFound
+from ckpt import checkpoints
+from ckpt.checkpoints.config import read_config, write_config
+from ckpt.checkpoints.journal import RestoreIntent, write_intent
+from ckpt.checkpoints.service import Checkpoints
+from ckpt.objstore import CorruptObject, ObjectNotFound
 
 REPO = str(Path(checkpoints.__file__).resolve().parent.parent)
 LOCK_TIMEOUT = 3.0  # a lock left behind by the killed child would fail the next command fast
@@ -36,7 +36,7 @@ LOCK_TIMEOUT = 3.0  # a lock left behind by the killed child would fail the next
 RESTORER = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
-from checkpoints.service import Checkpoints
+from ckpt.checkpoints.service import Checkpoints
 cp = Checkpoints.open(sys.argv[2])
 def progress(stage, done, total):
     if stage == "restore":

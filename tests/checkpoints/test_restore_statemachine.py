@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, rule
 
-from checkpoints.errors import UnknownCheckpoint
-from checkpoints.service import Checkpoints
+from ckpt.checkpoints.errors import UnknownCheckpoint
+from ckpt.checkpoints.service import Checkpoints
 
 SOAK = os.environ.get("CKPT_SOAK") == "1"
 NAMES = ("a", "b", "c")

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from checkpoints.config import set_config_value
-from checkpoints.dirlisting import scan_dirs
-from checkpoints.ignore import IgnoreRules
-from checkpoints.scan import ScanOptions, _Scanner, scan_workspace
-from checkpoints.service import Checkpoints
-from checkpoints.statcache import (
+from ckpt.checkpoints.config import set_config_value
+from ckpt.checkpoints.dirlisting import scan_dirs
+from ckpt.checkpoints.ignore import IgnoreRules
+from ckpt.checkpoints.scan import ScanOptions, _Scanner, scan_workspace
+from ckpt.checkpoints.service import Checkpoints
+from ckpt.checkpoints.statcache import (
     COARSE_RACY_WINDOW_NS,
     CTIME,
     INO,
@@ -37,8 +37,8 @@ from checkpoints.statcache import (
     StatCache,
     read_stat_cache,
 )
-from objstore import ObjectStore
-from objstore.walk import walk_reachable
+from ckpt.objstore import ObjectStore
+from ckpt.objstore.walk import walk_reachable
 
 # A fine-grained file system's stamps (not whole seconds: see statcache.is_racy).
 PAST_NS = 1_600_000_000 * 10**9 + 123_456_789

@@ -25,14 +25,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkpoints import dirlisting
-from checkpoints import statcache as statcache_module
-from checkpoints.config import set_config_value
-from checkpoints.errors import PathNotInCheckpoint, RestoreIncomplete
-from checkpoints.ignore import IgnoreRules
-from checkpoints.scan import ScanOptions, _restored_listings, record_restore, scan_workspace
-from checkpoints.service import Checkpoints
-from checkpoints.statcache import (
+from ckpt.checkpoints import dirlisting
+from ckpt.checkpoints import statcache as statcache_module
+from ckpt.checkpoints.config import set_config_value
+from ckpt.checkpoints.errors import PathNotInCheckpoint, RestoreIncomplete
+from ckpt.checkpoints.ignore import IgnoreRules
+from ckpt.checkpoints.scan import ScanOptions, _restored_listings, record_restore, scan_workspace
+from ckpt.checkpoints.service import Checkpoints
+from ckpt.checkpoints.statcache import (
     NAME,
     RACY,
     RACY_WINDOW_NS,
@@ -46,7 +46,7 @@ from checkpoints.statcache import (
     record_restored,
     write_stat_cache,
 )
-from objstore import EntryKind, ObjectId, ObjectStore, Tree, TreeEntry, make_entry
+from ckpt.objstore import EntryKind, ObjectId, ObjectStore, Tree, TreeEntry, make_entry
 
 SETTLE = 2 * RACY_WINDOW_NS / 1e9  # seconds: edits before this are outside the racy window
 
@@ -883,7 +883,7 @@ def test_a_delta_of_another_base_or_damaged_is_ignored(tmp_path: Path) -> None:
 
 _CREATE_IN_A_FRESH_PROCESS = """
 import json, sys
-from checkpoints.service import Checkpoints
+from ckpt.checkpoints.service import Checkpoints
 with Checkpoints.open(sys.argv[1]) as cp:
     record = cp.create()
     names = sorted(f.path.decode() for f in cp.files(record.id))
@@ -928,7 +928,7 @@ def test_ignore_rules_come_from_saved_translations_without_importing_pathspec(
 
 
 def test_translations_of_another_pathspec_are_not_reused(tmp_path: Path) -> None:
-    from checkpoints import ignore
+    from ckpt.checkpoints import ignore
 
     cache_path = str(tmp_path / "cache")
     saved = ("another pathspec", {"*.log": [None, None]})

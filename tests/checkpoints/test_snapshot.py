@@ -27,10 +27,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nobody import NOBODY, run_as_nobody  # tests/checkpoints is on pytest's `pythonpath`
 
-from checkpoints.config import set_config_value
-from checkpoints.model import CheckpointRecord
-from checkpoints.service import Checkpoints
-from objstore import EntryKind, hash_bytes
+from ckpt.checkpoints.config import set_config_value
+from ckpt.checkpoints.model import CheckpointRecord
+from ckpt.checkpoints.service import Checkpoints
+from ckpt.objstore import EntryKind, hash_bytes
 
 # -- the record ------------------------------------------------------------------------------
 

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkpoints.errors import UnsafePath
-from checkpoints.service import Checkpoints
-from objstore import EntryKind
+from ckpt.checkpoints.errors import UnsafePath
+from ckpt.checkpoints.service import Checkpoints
+from ckpt.objstore import EntryKind
 
 
 def _layout(work: Any) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from objstore import ObjectStore
-from objstore.ids import parse_oid
+from ckpt.objstore import ObjectStore
+from ckpt.objstore.ids import parse_oid
 
 CkptIn = Callable[..., Any]
 

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from checkpoints import errors as ce
-from checkpoints.lock import LockOwner
-from cli import errors
-from cli.errors import Failure, classify
-from objstore import ObjectId
-from objstore import errors as oe
+from ckpt.checkpoints import errors as ce
+from ckpt.checkpoints.lock import LockOwner
+from ckpt.cli import errors
+from ckpt.cli.errors import Failure, classify
+from ckpt.objstore import ObjectId
+from ckpt.objstore import errors as oe
 
 CkptIn = Callable[..., Any]
 OID = ObjectId(bytes(range(32)))
@@ -109,7 +109,7 @@ def _raise(exc: BaseException) -> Callable[..., Any]:
 
 def test_interrupt_exits_130(initialized: Path, ckpt_in: CkptIn,
                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from checkpoints.service import Checkpoints
+    from ckpt.checkpoints.service import Checkpoints
 
     monkeypatch.setattr(Checkpoints, "create", _raise(KeyboardInterrupt()))
     run = ckpt_in("create")
@@ -118,7 +118,7 @@ def test_interrupt_exits_130(initialized: Path, ckpt_in: CkptIn,
 
 def test_os_error_names_the_path(initialized: Path, ckpt_in: CkptIn,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from checkpoints.service import Checkpoints
+    from ckpt.checkpoints.service import Checkpoints
 
     monkeypatch.setattr(Checkpoints, "create", _raise(
         OSError(errno.ENOSPC, "No space left on device", "/w/.ckpt/objects/ab/x")))
@@ -130,7 +130,7 @@ def test_os_error_names_the_path(initialized: Path, ckpt_in: CkptIn,
 
 def test_unexpected_error_is_internal_and_debug_shows_the_traceback(
         initialized: Path, ckpt_in: CkptIn, monkeypatch: pytest.MonkeyPatch) -> None:
-    from checkpoints.service import Checkpoints
+    from ckpt.checkpoints.service import Checkpoints
 
     monkeypatch.setattr(Checkpoints, "history", _raise(RuntimeError("boom")))
     run = ckpt_in("list")
@@ -147,7 +147,7 @@ def test_unexpected_error_is_internal_and_debug_shows_the_traceback(
 
 def test_partial_restore_exits_3_and_still_prints_the_report(
         initialized: Path, ckpt_in: CkptIn, monkeypatch: pytest.MonkeyPatch) -> None:
-    from checkpoints.service import Checkpoints
+    from ckpt.checkpoints.service import Checkpoints
 
     a = json.loads(ckpt_in("create", "--json").stdout)["id"]
     real = Checkpoints.restore

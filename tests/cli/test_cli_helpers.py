@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cli.context import find_root, user_path
-from cli.params import parse_duration, parse_meta
-from cli.progress import Progress, make_progress
-from cli.render import display_path, dumps, format_size, one_line, table
+from ckpt.cli.context import find_root, user_path
+from ckpt.cli.params import parse_duration, parse_meta
+from ckpt.cli.progress import Progress, make_progress
+from ckpt.cli.render import display_path, dumps, format_size, one_line, table
 
 # -- render ---------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import fault_helpers  # tests/ dirs are on pytest's `pythonpath`
-from objstore.ids import parse_oid
+from ckpt.objstore.ids import parse_oid
 
 CkptProc = Callable[..., Any]
 CkptIn = Callable[..., Any]
@@ -155,7 +155,7 @@ def test_corrupt_object_during_restore_exits_5_and_leaves_the_workspace_alone(
 
 HOLD_LOCK = """
 import sys
-from checkpoints.lock import RootLock
+from ckpt.checkpoints.lock import RootLock
 with RootLock(sys.argv[1], timeout=5, purpose="test-holder"):
     print("locked", flush=True)
     sys.stdin.read()
@@ -164,7 +164,7 @@ with RootLock(sys.argv[1], timeout=5, purpose="test-holder"):
 
 def test_root_locked_by_a_live_process_exits_4_naming_the_holder(
         initialized: Path, ckpt_in: CkptIn, ckpt_proc: CkptProc, env_for: Env) -> None:
-    from objstore import hash_bytes
+    from ckpt.objstore import hash_bytes
 
     ws = initialized
     assert ckpt_in("config", "set", "lock_timeout", "0.5").stdout == "lock_timeout = 0.5\n"
@@ -296,11 +296,11 @@ def test_cat_streams_binary_content_unchanged(initialized: Path, ckpt_in: CkptIn
 
 def test_version_and_help_do_not_load_the_library(env_for: Env) -> None:
     code = ("import sys\n"
-            "from cli.main import run\n"
+            "from ckpt.cli.main import run\n"
             "code = run(sys.argv[1:])\n"
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('objstore', 'zstandard', 'blake3', 'msgpack', 'pathspec', 'sqlite3') "
-            "or m == 'checkpoints.service')\n"
+            "('zstandard', 'blake3', 'msgpack', 'pathspec', 'sqlite3') "
+            "or m.startswith('ckpt.objstore') or m == 'ckpt.checkpoints.service')\n"
             "print(code, heavy, file=sys.stderr)\n")
     for args in (["--version"], ["--help"], ["list", "--help"]):
         done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
@@ -308,15 +308,15 @@ def test_version_and_help_do_not_load_the_library(env_for: Env) -> None:
         assert done.stderr.strip() == "0 []", (args, done.stderr)
 
 
-_RESTORE_SIDE = ("checkpoints.plan", "checkpoints.restore", "checkpoints.reports")
+_RESTORE_SIDE = ("ckpt.checkpoints.plan", "ckpt.checkpoints.restore", "ckpt.checkpoints.reports")
 
 
 def test_a_create_does_not_build_the_restore_side_and_preload_does(
         initialized: Path, env_for: Env) -> None:
-    watched = (*_RESTORE_SIDE, "checkpoints.ignore")
+    watched = (*_RESTORE_SIDE, "ckpt.checkpoints.ignore")
     report = f"print(sorted(m for m in sys.modules if m in {watched!r}), file=sys.stderr)\n"
-    create = "import sys\nfrom cli.main import run\nassert run(['create', '--json']) == 0\n"
-    preload = "import sys\nfrom checkpoints.service import preload\npreload()\n"
+    create = "import sys\nfrom ckpt.cli.main import run\nassert run(['create', '--json']) == 0\n"
+    preload = "import sys\nfrom ckpt.checkpoints.service import preload\npreload()\n"
     loaded = []
     for code in (create, create, preload):  # the second create finds the stat cache
         done = subprocess.run([sys.executable, "-c", code + report], capture_output=True,

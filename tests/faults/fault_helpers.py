@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import checkpoints
-from checkpoints.service import Checkpoints
-from objstore import EntryKind, ObjectId, ObjectStore, hash_bytes
+from ckpt import checkpoints
+from ckpt.checkpoints.service import Checkpoints
+from ckpt.objstore import EntryKind, ObjectId, ObjectStore, hash_bytes
 
 REPO = str(Path(checkpoints.__file__).resolve().parent.parent)
 SOAK = os.environ.get("CKPT_SOAK", "").lower() in ("1", "true", "yes", "on")
 CKPT_VARS = ("CKPT_ROOT", "CKPT_STORE", "CKPT_SESSION", "CKPT_DEBUG")
-ENTRY = "from cli.main import main; main()"
+ENTRY = "from ckpt.cli.main import main; main()"
 # Exit codes of DESIGN.md (the CLI contract), spelled out here so the tests pin them.
 OK, USER_ERROR, USAGE, NOTHING, BUSY, CORRUPT = 0, 1, 2, 3, 4, 5
 
@@ -137,7 +137,7 @@ def ckpt_in(root: str, *args: str, store: str | None = None) -> Run:
     exit-code table without an interpreter start, for the many checks after each fault."""
     from click.testing import CliRunner
 
-    from cli.main import cli
+    from ckpt.cli.main import cli
 
     head = ["--root", root] + (["--store", store] if store is not None else [])
     started = time.monotonic()
@@ -174,7 +174,7 @@ def kill_after(root: str, args: Sequence[str], delay: float, *, store: str | Non
 # so a test can SIGKILL it mid-apply. argv: root, checkpoint id.
 _RESTORER = """
 import sys
-from checkpoints.service import Checkpoints
+from ckpt.checkpoints.service import Checkpoints
 def tick(stage, done, total):
     if stage == "restore":
         print("tick", done, total, flush=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import pytest
 
-from checkpoints.service import Checkpoints
+from ckpt.checkpoints.service import Checkpoints
 
 pytestmark = pytest.mark.skipif(not h.SealableDisk.available(),
                                 reason="needs root, memfd, losetup, mkfs.ext4")

@@ -26,7 +26,7 @@ from pathlib import Path
 import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import pytest
 
-from checkpoints.service import Checkpoints
+from ckpt.checkpoints.service import Checkpoints
 
 SECONDS = h.scale(20, 120)
 WRITERS = 4
@@ -38,8 +38,8 @@ WRITER = r"""
 import importlib.util, json, os, random, subprocess, sys, time
 spec = importlib.util.spec_from_file_location("ckpt_fault_helpers", sys.argv[1])
 h = importlib.util.module_from_spec(spec); sys.modules[spec.name] = h; spec.loader.exec_module(h)
-from checkpoints.errors import UnknownCheckpoint
-from checkpoints.service import Checkpoints
+from ckpt.checkpoints.errors import UnknownCheckpoint
+from ckpt.checkpoints.service import Checkpoints
 root, store, seed, deadline = sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
 rng = random.Random(seed)
 
@@ -84,7 +84,7 @@ COLLECTOR = r"""
 import json, random, subprocess, sys, time
 store, deadline, seed, roots = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 rng = random.Random(seed)
-entry = "from cli.main import main; main()"
+entry = "from ckpt.cli.main import main; main()"
 while time.time() < deadline:
     root = rng.choice(roots)
     prune = subprocess.run([sys.executable, "-c", entry, "--root", root, "--store", store,
@@ -208,7 +208,7 @@ def _two_states(base: str) -> tuple[str, str, str, dict[str, dict[bytes, tuple[o
 # of the apply phase (a slow disk). argv: root, checkpoint id.
 SLOW_RESTORER = """
 import sys, time
-from checkpoints.service import Checkpoints
+from ckpt.checkpoints.service import Checkpoints
 with Checkpoints.open(sys.argv[1]) as cp:
     cp.restore(sys.argv[2], progress=lambda stage, done, total:
                time.sleep(0.4 if stage == "restore" and done <= 768 else 0))

@@ -17,9 +17,9 @@ from collections.abc import Callable
 import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import pytest
 
-from checkpoints.journal import RestoreIntent, encode_intent, write_intent
-from checkpoints.service import Checkpoints
-from objstore import hash_bytes
+from ckpt.checkpoints.journal import RestoreIntent, encode_intent, write_intent
+from ckpt.checkpoints.service import Checkpoints
+from ckpt.objstore import hash_bytes
 
 STATCACHE_FLIPS = h.scale(48, 400)
 HEADER = 13  # object envelope header (objstore/codec.py): magic, format, codec, length

@@ -92,7 +92,7 @@ def create_fails_cleanly(root: str, store: str, code: int, heal: Callable[[], No
     second = h.ckpt(root, "create", store=store)
     assert second.code == h.OK, second
     h.fsck_clean(root, store)
-    from checkpoints.service import Checkpoints
+    from ckpt.checkpoints.service import Checkpoints
 
     with Checkpoints.open(root, store) as cp:
         held = h.checkpoint_state(cp, second.out.strip())

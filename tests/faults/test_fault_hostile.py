@@ -35,9 +35,9 @@ import msgpack
 import pytest
 from nobody import NOBODY, run_as_nobody  # tests/checkpoints is on pytest's `pythonpath`
 
-from checkpoints.errors import RestoreIncomplete
-from checkpoints.service import Checkpoints
-from objstore import EntryKind, ObjectId, ObjectStore, hash_bytes
+from ckpt.checkpoints.errors import RestoreIncomplete
+from ckpt.checkpoints.service import Checkpoints
+from ckpt.objstore import EntryKind, ObjectId, ObjectStore, hash_bytes
 
 WIDE = h.scale(20_000, 100_000)
 GROWTH_RUNS = h.scale(4, 20)
@@ -378,8 +378,8 @@ def cli_as_nobody(root: str, *args: str) -> tuple[int, str, str]:
     # everything the command will import must be imported before the fork.
     import encodings.ascii  # noqa: F401  (codec lookups import lazily too)
 
-    import checkpoints.ignore  # noqa: F401  (lazily imported by snapshots)
-    from cli.main import run
+    import ckpt.checkpoints.ignore  # noqa: F401  (lazily imported by snapshots)
+    from ckpt.cli.main import run
 
     def job() -> tuple[int, str, str]:
         with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:

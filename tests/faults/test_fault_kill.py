@@ -22,7 +22,7 @@ import statistics
 import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import pytest
 
-from checkpoints.service import Checkpoints
+from ckpt.checkpoints.service import Checkpoints
 
 POINTS = h.scale(8, 50)
 FILES = 2500

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, Tree, TreeEntry
-from objstore.memory import MemoryBackend
+from ckpt.objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, Tree, TreeEntry
+from ckpt.objstore.memory import MemoryBackend
 
 _WORDS = (
     b"def",

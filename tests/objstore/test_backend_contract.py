@@ -15,11 +15,11 @@ from typing import Protocol
 
 import pytest
 
-from objstore import ObjectId, ObjectNotFound, hash_bytes
-from objstore.backend import FSYNC_POLICIES, Backend, FsyncPolicy
-from objstore.local import LocalBackend
-from objstore.memory import MemoryBackend
-from objstore.pack import PackedBackend
+from ckpt.objstore import ObjectId, ObjectNotFound, hash_bytes
+from ckpt.objstore.backend import FSYNC_POLICIES, Backend, FsyncPolicy
+from ckpt.objstore.local import LocalBackend
+from ckpt.objstore.memory import MemoryBackend
+from ckpt.objstore.pack import PackedBackend
 
 
 class Harness(Protocol):

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from objstore import ObjectStore, StoreOptions
-from objstore.codec import CODEC_RAW, CODEC_ZSTD, HEADER_SIZE, read_header
+from ckpt.objstore import ObjectStore, StoreOptions
+from ckpt.objstore.codec import CODEC_RAW, CODEC_ZSTD, HEADER_SIZE, read_header
 
 THRESHOLD = StoreOptions().stream_threshold
 MAX_SIZE = 64 << 20

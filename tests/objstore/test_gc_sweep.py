@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from objstore import CorruptObject, ObjectNotFound, ObjectStore, StoreOptions
-from objstore.gc import collect_garbage, find_reachable
-from objstore.memory import MemoryBackend
+from ckpt.objstore import CorruptObject, ObjectNotFound, ObjectStore, StoreOptions
+from ckpt.objstore.gc import collect_garbage, find_reachable
+from ckpt.objstore.memory import MemoryBackend
 
 GRACE = 3600.0
 HOUR = 3600.0

@@ -12,8 +12,8 @@ import zstandard
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from objstore import CorruptObject, hash_bytes
-from objstore.codec import (
+from ckpt.objstore import CorruptObject, hash_bytes
+from ckpt.objstore.codec import (
     CHUNK_SIZE,
     CODEC_RAW,
     CODEC_ZSTD,

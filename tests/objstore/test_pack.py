@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from objstore import (
+from ckpt.objstore import (
     CorruptObject,
     EntryKind,
     ObjectId,
@@ -34,11 +34,11 @@ from objstore import (
     TreeEntry,
     hash_bytes,
 )
-from objstore.gc import collect_garbage
-from objstore.local import LocalBackend
-from objstore.pack import PackedBackend
-from objstore.packfile import read_index
-from objstore.repack import packs_to_fold
+from ckpt.objstore.gc import collect_garbage
+from ckpt.objstore.local import LocalBackend
+from ckpt.objstore.pack import PackedBackend
+from ckpt.objstore.packfile import read_index
+from ckpt.objstore.repack import packs_to_fold
 
 # -- helpers ----------------------------------------------------------------------------------
 
@@ -76,8 +76,8 @@ def run_python(script: str, *args: str, timeout: float = 120) -> subprocess.Comp
 # A writer that puts seeded blobs in batches, syncing after each, and can die without closing.
 WRITER = """
 import os, random, sys
-from objstore import hash_bytes
-from objstore.pack import PackedBackend
+from ckpt.objstore import hash_bytes
+from ckpt.objstore.pack import PackedBackend
 path, seed, count, batch, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 rng = random.Random(seed)
 items = [rng.randbytes(rng.randrange(1024, 8192)) for _ in range(count)]
@@ -382,7 +382,7 @@ def test_a_full_pack_is_sealed_in_the_background_and_readable_meanwhile(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from objstore import packfile
+    from ckpt.objstore import packfile
 
     objects = tmp_path / "objects"
     release = threading.Event()
@@ -423,7 +423,7 @@ def test_a_failed_background_seal_is_raised_by_sync_and_retried_by_the_next(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from objstore import packfile
+    from ckpt.objstore import packfile
 
     objects = tmp_path / "objects"
     real_write_index = packfile.write_index
@@ -460,7 +460,7 @@ pid = os.fork()
 if pid:
     sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 import json, resource
-from objstore import ObjectStore, parse_oid
+from ckpt.objstore import ObjectStore, parse_oid
 
 class Sink:
     size = 0

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from objstore import (
+from ckpt.objstore import (
     ContentChanged,
     ObjectStore,
     ObjstoreError,
@@ -22,8 +22,8 @@ from objstore import (
     codec,
     hash_bytes,
 )
-from objstore import store as store_module
-from objstore.pack import PackedBackend
+from ckpt.objstore import store as store_module
+from ckpt.objstore.pack import PackedBackend
 
 Content = Callable[[str, int, int], bytes]
 

@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import pytest
 
-from objstore import CorruptObject, ObjectId, ObjectNotFound, ObjectStore, StoreOptions
-from objstore.codec import HEADER_SIZE
-from objstore.fsck import check_store
+from ckpt.objstore import CorruptObject, ObjectId, ObjectNotFound, ObjectStore, StoreOptions
+from ckpt.objstore.codec import HEADER_SIZE
+from ckpt.objstore.fsck import check_store
 
 Damage = Callable[[str, bytes], None]
 

@@ -13,7 +13,7 @@ from typing import BinaryIO
 import blake3
 import pytest
 
-from objstore import (
+from ckpt.objstore import (
     ContentChanged,
     EntryKind,
     ObjectId,
@@ -27,9 +27,9 @@ from objstore import (
     oid_hex,
     parse_oid,
 )
-from objstore.backend import ObjectStat
-from objstore.local import LocalBackend
-from objstore.store import FORMAT_FILE, FORMAT_VERSION
+from ckpt.objstore.backend import ObjectStat
+from ckpt.objstore.local import LocalBackend
+from ckpt.objstore.store import FORMAT_FILE, FORMAT_VERSION
 
 SMALL_THRESHOLD = StoreOptions(stream_threshold=64 << 10)
 

@@ -32,7 +32,7 @@ pid = os.fork()
 if pid:
     sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 import json, resource, time
-from objstore import ObjectStore, StoreOptions
+from ckpt.objstore import ObjectStore, StoreOptions
 
 source, store_dir, copy_path = sys.argv[1:4]
 started = time.monotonic()

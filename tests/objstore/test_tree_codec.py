@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from objstore import CorruptObject, EntryKind, InvalidTree, Tree, TreeEntry, hash_bytes
-from objstore.codec import decode_tree, encode_tree
+from ckpt.objstore import CorruptObject, EntryKind, InvalidTree, Tree, TreeEntry, hash_bytes
+from ckpt.objstore.codec import decode_tree, encode_tree
 
 OID_A = hash_bytes(b"a")
 OID_B = hash_bytes(b"b")
@@ -313,7 +313,7 @@ def test_find_returns_entry_by_exact_name_or_none() -> None:
 @settings(max_examples=300)
 def test_make_entry_accepts_and_rejects_exactly_what_the_constructor_does(
         name: object, kind: EntryKind, oid: object, target: object, size: object) -> None:
-    from objstore import make_entry
+    from ckpt.objstore import make_entry
 
     try:
         expected = TreeEntry(name, kind, oid, target, size)  # type: ignore[arg-type]
