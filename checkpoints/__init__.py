@@ -33,11 +33,15 @@ if TYPE_CHECKING:
         StoreBusy,
         UnknownCheckpoint,
         UnsafePath,
+        UnsupportedPlatform,
+        display_text,
     )
+    from ckpt.checkpoints.ignore import DirRules, IgnoreRules
     from ckpt.checkpoints.lock import LockOwner
     from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
     from ckpt.checkpoints.paths import RelPath
     from ckpt.checkpoints.plan import RestorePlan
+    from ckpt.checkpoints.platform import check_platform
     from ckpt.checkpoints.reports import (
         CheckReport,
         FileEntry,
@@ -46,6 +50,7 @@ if TYPE_CHECKING:
         StoreStats,
     )
     from ckpt.checkpoints.service import STORE_NAME, Checkpoints, preload
+    from ckpt.checkpoints.store_setup import check_store
 
 # name -> the submodule that defines it
 _WHERE: dict[str, str] = {
@@ -54,20 +59,24 @@ _WHERE: dict[str, str] = {
     "Change": "diff",
     **dict.fromkeys(("AmbiguousCheckpoint", "CatalogCorrupt", "CheckpointError", "ConfigError",
                      "NothingMatched", "NotInitialized", "PathNotInCheckpoint",
-                     "RestoreIncomplete", "StoreBusy", "UnknownCheckpoint", "UnsafePath"),
-                    "errors"),
+                     "RestoreIncomplete", "StoreBusy", "UnknownCheckpoint", "UnsafePath",
+                     "UnsupportedPlatform", "display_text"), "errors"),
+    **dict.fromkeys(("DirRules", "IgnoreRules"), "ignore"),
     "LockOwner": "lock",
     **dict.fromkeys(("CheckpointRecord", "CheckpointStats", "Event", "SkippedPath"), "model"),
     "RelPath": "paths",
     "RestorePlan": "plan",
+    "check_platform": "platform",
     **dict.fromkeys(("CheckReport", "FileEntry", "PruneReport", "RestoreReport", "StoreStats"),
                     "reports"),
     **dict.fromkeys(("STORE_NAME", "Checkpoints", "preload"), "service"),
+    "check_store": "store_setup",
 }
 
 __all__ = [
-    "AmbiguousCheckpoint",
     "CONFIG_KEYS",
+    "STORE_NAME",
+    "AmbiguousCheckpoint",
     "CatalogCorrupt",
     "Change",
     "CheckReport",
@@ -76,8 +85,10 @@ __all__ = [
     "CheckpointStats",
     "Checkpoints",
     "ConfigError",
+    "DirRules",
     "Event",
     "FileEntry",
+    "IgnoreRules",
     "LockOwner",
     "NotInitialized",
     "NothingMatched",
@@ -87,13 +98,16 @@ __all__ = [
     "RestoreIncomplete",
     "RestorePlan",
     "RestoreReport",
-    "STORE_NAME",
     "SkippedPath",
     "StoreBusy",
     "StoreConfig",
     "StoreStats",
     "UnknownCheckpoint",
     "UnsafePath",
+    "UnsupportedPlatform",
+    "check_platform",
+    "check_store",
+    "display_text",
     "get_config_value",
     "preload",
     "read_config",
