@@ -3,13 +3,16 @@
 A harness imports the names below (`from ckpt.checkpoints import Checkpoints, RestoreIncomplete`)
 or the same names from `ckpt`; the CLI uses nothing else. Submodules are internal structure.
 Each name is imported on first use, so that naming an exception or a record type does not pay
-for the service, SQLite and the object store.
+for the service, SQLite and the object store. On a platform ckpt does not run on (Windows),
+every name but the exceptions raises `UnsupportedPlatform` (see `platform.py`).
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from ckpt.checkpoints.platform import check_platform
 
 if TYPE_CHECKING:
     from ckpt.checkpoints.config import (
@@ -41,7 +44,6 @@ if TYPE_CHECKING:
     from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
     from ckpt.checkpoints.paths import RelPath
     from ckpt.checkpoints.plan import RestorePlan
-    from ckpt.checkpoints.platform import check_platform
     from ckpt.checkpoints.reports import (
         CheckReport,
         FileEntry,
@@ -51,6 +53,10 @@ if TYPE_CHECKING:
     )
     from ckpt.checkpoints.service import STORE_NAME, Checkpoints, preload
     from ckpt.checkpoints.store_setup import check_store
+
+# Submodules that import on any platform. The others need POSIX (fcntl, O_NOFOLLOW, ...) as
+# they import, so on Windows their names raise UnsupportedPlatform instead of an ImportError.
+_ANYWHERE = frozenset({"errors", "platform"})
 
 # name -> the submodule that defines it
 _WHERE: dict[str, str] = {
@@ -120,6 +126,8 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'ckpt.checkpoints' has no attribute {name!r}")
+    if module not in _ANYWHERE:
+        check_platform()
     value = getattr(importlib.import_module(f"ckpt.checkpoints.{module}"), name)
     globals()[name] = value
     return value
