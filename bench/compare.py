@@ -19,8 +19,9 @@ and the worker. ``--install current`` runs the interpreter this harness runs in 
 checkout here), whose start-up pays for the editable finder and other ``.pth`` hooks.
 
 Owns: driving the tools, the ckpt install they run, timing, peak RSS, store size, the summary
-table and the JSON. Must not: import ckpt (the CLI is measured as users run it; the API runs in
-the worker, which is the only bench process that imports it), or modify the corpus.
+table and the JSON. Must not: import ckpt's library (the CLI is measured as users run it; the
+API runs in the worker, which is the only bench process that imports it; ``ckpt.tuning.workload``
+is plain standard-library code), or modify the corpus.
 """
 
 from __future__ import annotations
@@ -56,10 +57,9 @@ from bench.corpus import (
     find_ignored,
     get_corpus,
     list_captured_files,
-    measure_tree,
     read_manifest,
 )
-from bench.turns import apply_turn, plan_turn
+from ckpt.tuning.workload import apply_turn, measure_tree, plan_turn
 
 STEPS = ("first_snapshot", "no_change_snapshot", "turn_snapshot", "restore", "noop_restore")
 STEP_TITLES = {"init": "init (not a scenario)", "first_snapshot": "first snapshot",

@@ -267,31 +267,3 @@ def count_rewritten(before: Manifest, after: Manifest) -> int:
     keys = before.keys() | after.keys()
     return sum(1 for k in keys if k not in before or k not in after
                or (before[k].ino, before[k].mtime_ns) != (after[k].ino, after[k].mtime_ns))
-
-
-@dataclass(frozen=True, slots=True)
-class TreeSize:
-    """Size of a tree on disk: logical bytes, allocated bytes (st_blocks * 512), file count."""
-
-    apparent_bytes: int
-    allocated_bytes: int
-    files: int
-
-
-def measure_tree(root: Path) -> TreeSize:
-    """Sum sizes over every non-directory under ``root``; hard links are counted once."""
-    apparent = allocated = files = 0
-    seen: set[tuple[int, int]] = set()
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in filenames + dirnames:
-            st = os.lstat(os.path.join(dirpath, name))
-            if stat.S_ISDIR(st.st_mode):
-                allocated += st.st_blocks * 512  # directories take blocks too (fan-out costs)
-                continue
-            if (st.st_dev, st.st_ino) in seen:
-                continue
-            seen.add((st.st_dev, st.st_ino))
-            apparent += st.st_size
-            allocated += st.st_blocks * 512
-            files += 1
-    return TreeSize(apparent, allocated, files)

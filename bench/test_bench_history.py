@@ -31,11 +31,11 @@ from typing import Any
 
 import pytest
 
-from bench.corpus import copy_tree, list_captured_files, measure_tree
+from bench.corpus import copy_tree, list_captured_files
 from bench.shapes import BuiltShape
-from bench.turns import Turn, apply_turn, plan_turn
 from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, new_checkpoint_id
 from ckpt.checkpoints.service import Checkpoints
+from ckpt.tuning.workload import Turn, apply_turn, measure_tree, plan_turn
 
 RACY_PAUSE_S = 0.03  # > checkpoints.statcache.RACY_WINDOW_NS; a real turn takes seconds
 HISTORY_SIZE = 10_000

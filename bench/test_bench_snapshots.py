@@ -5,7 +5,7 @@ Scenarios (one benchmark group per shape, ``snapshots-<shape>``):
   page cache is warm, the stat cache empty);
 - ``no-change``: a snapshot when nothing changed since the last one (must read 0 files);
 - ``after-turn``: a snapshot after a seeded agent turn (20 files edited, 5 added, 5 deleted,
-  `bench.turns`; a new turn every round, each on top of the last);
+  `ckpt.tuning.workload`; a new turn every round, each on top of the last);
 - ``restore-first``: after a turn and its snapshot, restore to the first checkpoint (the default
   restore, so the pre-restore save is included, as a user pays for it);
 - ``noop-restore``: restore to the checkpoint the tree already matches (must write nothing).
@@ -43,14 +43,13 @@ from bench.corpus import (
     diff_manifests,
     find_ignored,
     list_captured_files,
-    measure_tree,
     read_manifest,
 )
 from bench.shapes import REAL_TREES, SHAPES, BuiltShape, describe
-from bench.turns import Turn, apply_turn, plan_turn
 from ckpt.checkpoints.model import CheckpointRecord
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.objstore import EntryKind
+from ckpt.tuning.workload import Turn, apply_turn, measure_tree, plan_turn
 
 SHAPE_NAMES = [*SHAPES, *REAL_TREES]
 SETTINGS: dict[str, Any] = {"max_file_size": 0}

@@ -3,13 +3,16 @@
 A harness imports the names below (`from ckpt.checkpoints import Checkpoints, RestoreIncomplete`)
 or the same names from `ckpt`; the CLI uses nothing else. Submodules are internal structure.
 Each name is imported on first use, so that naming an exception or a record type does not pay
-for the service, SQLite and the object store.
+for the service, SQLite and the object store. On a platform ckpt does not run on (Windows),
+every name but the exceptions raises `UnsupportedPlatform` (see `platform.py`).
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from ckpt.checkpoints.platform import check_platform
 
 if TYPE_CHECKING:
     from ckpt.checkpoints.config import (
@@ -33,7 +36,10 @@ if TYPE_CHECKING:
         StoreBusy,
         UnknownCheckpoint,
         UnsafePath,
+        UnsupportedPlatform,
+        display_text,
     )
+    from ckpt.checkpoints.ignore import DirRules, IgnoreRules
     from ckpt.checkpoints.lock import LockOwner
     from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
     from ckpt.checkpoints.paths import RelPath
@@ -46,6 +52,11 @@ if TYPE_CHECKING:
         StoreStats,
     )
     from ckpt.checkpoints.service import STORE_NAME, Checkpoints, preload
+    from ckpt.checkpoints.store_setup import check_store
+
+# Submodules that import on any platform. The others need POSIX (fcntl, O_NOFOLLOW, ...) as
+# they import, so on Windows their names raise UnsupportedPlatform instead of an ImportError.
+_ANYWHERE = frozenset({"errors", "platform"})
 
 # name -> the submodule that defines it
 _WHERE: dict[str, str] = {
@@ -54,20 +65,24 @@ _WHERE: dict[str, str] = {
     "Change": "diff",
     **dict.fromkeys(("AmbiguousCheckpoint", "CatalogCorrupt", "CheckpointError", "ConfigError",
                      "NothingMatched", "NotInitialized", "PathNotInCheckpoint",
-                     "RestoreIncomplete", "StoreBusy", "UnknownCheckpoint", "UnsafePath"),
-                    "errors"),
+                     "RestoreIncomplete", "StoreBusy", "UnknownCheckpoint", "UnsafePath",
+                     "UnsupportedPlatform", "display_text"), "errors"),
+    **dict.fromkeys(("DirRules", "IgnoreRules"), "ignore"),
     "LockOwner": "lock",
     **dict.fromkeys(("CheckpointRecord", "CheckpointStats", "Event", "SkippedPath"), "model"),
     "RelPath": "paths",
     "RestorePlan": "plan",
+    "check_platform": "platform",
     **dict.fromkeys(("CheckReport", "FileEntry", "PruneReport", "RestoreReport", "StoreStats"),
                     "reports"),
     **dict.fromkeys(("STORE_NAME", "Checkpoints", "preload"), "service"),
+    "check_store": "store_setup",
 }
 
 __all__ = [
-    "AmbiguousCheckpoint",
     "CONFIG_KEYS",
+    "STORE_NAME",
+    "AmbiguousCheckpoint",
     "CatalogCorrupt",
     "Change",
     "CheckReport",
@@ -76,8 +91,10 @@ __all__ = [
     "CheckpointStats",
     "Checkpoints",
     "ConfigError",
+    "DirRules",
     "Event",
     "FileEntry",
+    "IgnoreRules",
     "LockOwner",
     "NotInitialized",
     "NothingMatched",
@@ -87,13 +104,16 @@ __all__ = [
     "RestoreIncomplete",
     "RestorePlan",
     "RestoreReport",
-    "STORE_NAME",
     "SkippedPath",
     "StoreBusy",
     "StoreConfig",
     "StoreStats",
     "UnknownCheckpoint",
     "UnsafePath",
+    "UnsupportedPlatform",
+    "check_platform",
+    "check_store",
+    "display_text",
     "get_config_value",
     "preload",
     "read_config",
@@ -106,6 +126,8 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'ckpt.checkpoints' has no attribute {name!r}")
+    if module not in _ANYWHERE:
+        check_platform()
     value = getattr(importlib.import_module(f"ckpt.checkpoints.{module}"), name)
     globals()[name] = value
     return value

@@ -1,8 +1,9 @@
 """The exception hierarchy of the `checkpoints` package.
 
-Owns `CheckpointError` (the one root) and its subclasses. Each error carries typed data (the id,
-path, key...) and renders as one line naming it; `cli/errors.py` is the only place that maps
-them to exit codes and words for users. Subclasses also derive from the natural builtin
+Owns `CheckpointError` (the one root) and its subclasses, and `display_text`, the one way a value
+is put into a one-line message (the CLI's messages use it too). Each error carries typed data
+(the id, path, key...) and renders as one line naming it; `cli/errors.py` is the only place that
+maps them to exit codes and words for users. Subclasses also derive from the natural builtin
 (`KeyError` for "not found", `ValueError` for bad input) so generic callers can catch those.
 
 Must not import other ckpt modules (everything imports this one), print, or decide exit codes.
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 
-def _display(value: object) -> str:
+def display_text(value: object) -> str:
     """Render a value for a one-line message: bytes/undecodable text escaped, no line breaks."""
     if isinstance(value, bytes):
         text = value.decode("utf-8", "backslashreplace")
@@ -57,8 +58,8 @@ class NotInitialized(CheckpointError):
         self.store = store
 
     def __str__(self) -> str:
-        where = f" at {_display(self.store)}" if self.store is not None else ""
-        return (f"not initialized: no ckpt store{where} for root {_display(self.root)} "
+        where = f" at {display_text(self.store)}" if self.store is not None else ""
+        return (f"not initialized: no ckpt store{where} for root {display_text(self.root)} "
                 "(run 'ckpt init')")
 
 
@@ -70,7 +71,7 @@ class UnknownCheckpoint(CheckpointError, KeyError):
         self.ref = ref
 
     def __str__(self) -> str:
-        return f"unknown checkpoint: {_display(self.ref)}"
+        return f"unknown checkpoint: {display_text(self.ref)}"
 
 
 class PathNotInCheckpoint(UnknownCheckpoint):
@@ -81,7 +82,7 @@ class PathNotInCheckpoint(UnknownCheckpoint):
         self.path = path
 
     def __str__(self) -> str:
-        return f"no file {_display(self.path)} in checkpoint {_display(self.ref)}"
+        return f"no file {display_text(self.path)} in checkpoint {display_text(self.ref)}"
 
 
 class AmbiguousCheckpoint(CheckpointError, KeyError):
@@ -94,8 +95,8 @@ class AmbiguousCheckpoint(CheckpointError, KeyError):
         self.candidates: tuple[str, ...] = candidates
 
     def __str__(self) -> str:
-        shown = ", ".join(_display(c) for c in self.candidates)
-        return f"ambiguous checkpoint prefix {_display(self.ref)}: matches {shown}"
+        shown = ", ".join(display_text(c) for c in self.candidates)
+        return f"ambiguous checkpoint prefix {display_text(self.ref)}: matches {shown}"
 
 
 class UnsafePath(CheckpointError, ValueError):
@@ -107,7 +108,7 @@ class UnsafePath(CheckpointError, ValueError):
         self.reason = reason
 
     def __str__(self) -> str:
-        return f"unsafe path {_display(self.path)}: {_display(self.reason)}"
+        return f"unsafe path {display_text(self.path)}: {display_text(self.reason)}"
 
 
 class StoreBusy(CheckpointError):
@@ -121,9 +122,9 @@ class StoreBusy(CheckpointError):
     def __str__(self) -> str:
         holder = self.holder
         if holder is None:
-            return f"store busy: {_display(self.path)} is locked by another process"
-        return (f"store busy: {_display(self.path)} is locked by pid {_display(holder.pid)} "
-                f"on {_display(holder.host)} since {_display(holder.started_at)}")
+            return f"store busy: {display_text(self.path)} is locked by another process"
+        return (f"store busy: {display_text(self.path)} is locked by pid {display_text(holder.pid)} "
+                f"on {display_text(holder.host)} since {display_text(holder.started_at)}")
 
 
 class NothingMatched(CheckpointError):
@@ -134,7 +135,7 @@ class NothingMatched(CheckpointError):
         self.what = what
 
     def __str__(self) -> str:
-        return f"nothing matched: {_display(self.what)}"
+        return f"nothing matched: {display_text(self.what)}"
 
 
 class RestoreIncomplete(CheckpointError):
@@ -146,7 +147,7 @@ class RestoreIncomplete(CheckpointError):
         self.reason = reason
 
     def __str__(self) -> str:
-        return f"restore of {_display(self.id)} incomplete: {_display(self.reason)}"
+        return f"restore of {display_text(self.id)} incomplete: {display_text(self.reason)}"
 
 
 class ConfigError(CheckpointError, ValueError):
@@ -159,8 +160,8 @@ class ConfigError(CheckpointError, ValueError):
 
     def __str__(self) -> str:
         if self.key is None:
-            return f"bad config: {_display(self.reason)}"
-        return f"bad config value for {_display(self.key)}: {_display(self.reason)}"
+            return f"bad config: {display_text(self.reason)}"
+        return f"bad config value for {display_text(self.key)}: {display_text(self.reason)}"
 
 
 class CatalogCorrupt(CheckpointError):
@@ -172,4 +173,16 @@ class CatalogCorrupt(CheckpointError):
         self.reason = reason
 
     def __str__(self) -> str:
-        return f"catalog corrupt: {_display(self.path)}: {_display(self.reason)}"
+        return f"catalog corrupt: {display_text(self.path)}: {display_text(self.reason)}"
+
+
+class UnsupportedPlatform(CheckpointError):
+    """ckpt does not run on this operating system (`platform` is `sys.platform`)."""
+
+    def __init__(self, platform: str) -> None:
+        super().__init__(platform)
+        self.platform = platform
+
+    def __str__(self) -> str:
+        return (f"unsupported platform {display_text(self.platform)}: ckpt runs on Linux and "
+                "macOS")

@@ -1,7 +1,10 @@
 """ckpt's command line (click): the only package that imports click or decides exit codes.
 
-`__version__` is the distribution's version, kept here so `ckpt --version` does not pay for
-`importlib.metadata` (a test checks the two agree).
+It reaches the library through the public API of `ckpt.checkpoints` only (the package's lazy
+exports, never a submodule) and never imports `ckpt.objstore`; tests/test_layers.py checks both.
+`__version__` is the package's (`ckpt.__version__`).
 """
 
-__version__ = "0.1.0"
+from ckpt import __version__
+
+__all__ = ["__version__"]

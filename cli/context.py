@@ -5,13 +5,15 @@ click's `ctx.obj`), root discovery (nearest ancestor holding `.ckpt`), the conve
 paths typed by a user into what the library expects, and the decorators the command modules
 use (`pass_state`, `json_option`).
 
-The library (`checkpoints.service`, and through it objstore, zstandard, blake3, pathspec) is
-imported on the first `State.open()`, never at module import time, so `ckpt --version` and
-`ckpt --help` do not load it.
+The library (`ckpt.checkpoints.Checkpoints`, and through it objstore, zstandard, blake3,
+pathspec) is imported on the first `State.open()`, never at module import time, so
+`ckpt --version` and `ckpt --help` do not load it. `library()` refuses an unsupported platform
+before importing it, so Windows gets one line instead of an ImportError.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,10 +26,22 @@ from ckpt.cli.params import check_text
 from ckpt.cli.progress import Progress, make_progress
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints.service import Checkpoints
+    from ckpt.checkpoints import Checkpoints
 
 STORE_NAME = ".ckpt"
 F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger(__name__)
+
+
+def library() -> type[Checkpoints]:
+    """The library's entry point, imported after the platform check (`UnsupportedPlatform`,
+    exit 1, on Windows)."""
+    from ckpt.checkpoints import check_platform
+
+    check_platform()
+    from ckpt.checkpoints import Checkpoints
+
+    return Checkpoints
 
 
 def find_root(start: str) -> str:
@@ -79,16 +93,15 @@ class State:
     def open(self) -> Checkpoints:
         """The library, opened once per invocation and closed when the command ends."""
         if self._service is None:
-            from ckpt.checkpoints.service import Checkpoints
-
-            self._service = Checkpoints.open(self.root, self.store, self.session)
+            log.debug("opening root %s, store %s, session %s", self.root, self.store_dir,
+                      self.session)
+            self._service = library().open(self.root, self.store, self.session)
             click.get_current_context().call_on_close(self.close)
         return self._service
 
     def init(self) -> Checkpoints:
-        from ckpt.checkpoints.service import Checkpoints
-
-        self._service = Checkpoints.init(self.root, self.store, self.session)
+        log.debug("initializing root %s, store %s", self.root, self.store_dir)
+        self._service = library().init(self.root, self.store, self.session)
         click.get_current_context().call_on_close(self.close)
         return self._service
 
@@ -132,9 +145,7 @@ def complete_checkpoint_id(ctx: click.Context, param: click.Parameter,
     try:
         params = ctx.find_root().params
         root = params.get("root") or find_root(os.getcwd())
-        from ckpt.checkpoints.service import Checkpoints
-
-        with Checkpoints.open(root, params.get("store"), params.get("session") or "default") as cp:
+        with library().open(root, params.get("store"), params.get("session") or "default") as cp:
             ids = [r.id for r in cp.history(all_sessions=True)]
     except Exception:  # noqa: BLE001 - completion must never print a traceback into the shell
         return []

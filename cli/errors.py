@@ -1,9 +1,9 @@
 """The one table that turns exceptions into an exit code and a one-line message with a hint.
 
-Owns the exit codes of DESIGN.md ("CLI contract") and the words users see for every error:
+Owns the exit codes of the CLI contract (docs/CLI.md) and the words users see for every error:
 
-    0 ok · 1 user error · 2 usage · 3 nothing matched / partial restore · 4 store busy ·
-    5 corruption · 130 interrupted
+    0 ok · 1 user error (also: unsupported platform) · 2 usage · 3 nothing matched / partial
+    restore · 4 store busy · 5 corruption · 130 interrupted
 
 Unexpected exceptions (a bug in ckpt) exit 1 with "internal error: ..." and a hint to rerun
 with `--debug`, which adds the traceback. A broken stdout pipe (`ckpt list | head -1`) exits
@@ -12,17 +12,21 @@ with `--debug`, which adds the traceback. A broken stdout pipe (`ckpt list | hea
 The table names exception classes by their dotted path and matches along the exception's MRO,
 most specific class first. That keeps this module free of heavy imports: `objstore` (which
 loads zstandard and blake3) is never imported just to be able to recognise its errors; if it
-was never imported, none of its exceptions can be in flight. Must not import click.
+was never imported, none of its exceptions can be in flight. Must not import click, or more
+of the library than `ckpt.checkpoints.display_text` (the one way a value goes into a message).
 """
 
 from __future__ import annotations
 
 import errno
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
+
+# Text for a message: bytes and undecodable names escaped, never a line break. The library's
+# own messages use the same function, so a name reads the same in both.
+from ckpt.checkpoints import display_text as show
 
 OK = 0
 USER_ERROR = 1
@@ -67,28 +71,12 @@ class Failure:
         return f"ckpt: error: {self.message}{hint}"
 
 
-def show(value: object) -> str:
-    """Text for a message: bytes and undecodable names escaped, never a line break."""
-    if isinstance(value, bytes):
-        text = value.decode("utf-8", "backslashreplace")
-    elif isinstance(value, str):
-        try:
-            text = os.fsencode(value).decode("utf-8", "backslashreplace")
-        except UnicodeEncodeError:
-            text = value.encode("utf-8", "backslashreplace").decode("utf-8")
-    else:
-        text = str(value)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                   for c in text)
-
-
 # -- the table ----------------------------------------------------------------------------
 
 Rule = Callable[[Any], Failure]
 _INIT_HINT = "run 'ckpt init', or pass --root/--store"
 _FSCK_HINT = "run 'ckpt fsck --full' to list the damage"
+_PLATFORM_HINT = "on Windows, run ckpt inside WSL"
 
 
 def _not_initialized(exc: Any) -> Failure:
@@ -197,6 +185,7 @@ RULES: dict[str, Rule] = {
     "ckpt.checkpoints.errors.AmbiguousCheckpoint": _ambiguous,
     "ckpt.checkpoints.errors.UnsafePath": _message(USER_ERROR),
     "ckpt.checkpoints.errors.ConfigError": _config_error,
+    "ckpt.checkpoints.errors.UnsupportedPlatform": _message(USER_ERROR, _PLATFORM_HINT),
     # nothing matched / partial restore
     "ckpt.checkpoints.errors.NothingMatched": _message(NOTHING_MATCHED),
     "ckpt.checkpoints.errors.RestoreIncomplete": _restore_incomplete,

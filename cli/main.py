@@ -1,8 +1,8 @@
 """The `ckpt` command: the click group, its global options and the process entry point.
 
 Owns the global options (`--root`/CKPT_ROOT, `--store`/CKPT_STORE, `--session`/CKPT_SESSION,
-`--debug`/CKPT_DEBUG, `--no-progress`, `--version`), the registration of the command modules
-and `main()`, which runs the group with `standalone_mode=False` and turns whatever escapes into
+`--debug`/CKPT_DEBUG, `-v`/CKPT_LOG (see `cli/log.py`), `--no-progress`, `--version`), the
+registration of the command modules and `main()`, which runs the group with `standalone_mode=False` and turns whatever escapes into
 an exit code through `cli/errors.py` (the only exit-code table). Commands raise; they never
 call `sys.exit` themselves.
 
@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 import click
 
-from ckpt.cli import __version__, errors
+from ckpt.cli import __version__, errors, log
 from ckpt.cli.commands import maintenance, restore, setup, snapshot, tune
 from ckpt.cli.context import State, find_root, text_callback
 
@@ -36,11 +36,14 @@ Examples:
 \b
 Environment:
   CKPT_ROOT, CKPT_STORE, CKPT_SESSION, CKPT_DEBUG   defaults for the global options
+  CKPT_LOG=debug|info|warning   log lines on stderr (why files were re-read or trusted,
+                                restore steps); -v is CKPT_LOG=debug
 
 \b
 Exit codes:
-  0 ok   1 user error   2 usage   3 nothing matched / partial restore
-  4 store busy   5 corruption   130 interrupted
+  0 ok   1 user error (also: unsupported platform; ckpt runs on Linux and macOS)
+  2 usage   3 nothing matched / partial restore   4 store busy   5 corruption
+  130 interrupted
 
 \b
 Shell completion (bash; zsh/fish: zsh_source, fish_source):
@@ -97,12 +100,15 @@ def _silence_stdout() -> None:
               help="Session (timeline) [env CKPT_SESSION].")
 @click.option("--debug", is_flag=True, envvar="CKPT_DEBUG",
               help="Print a traceback with errors [env CKPT_DEBUG].")
+@click.option("-v", "--verbose", count=True,
+              help="Log on stderr why each file was re-read or trusted, and the restore's steps "
+                   "(debug level) [env CKPT_LOG=debug|info|warning].")
 @click.option("--no-progress", is_flag=True,
               help="Never draw progress on stderr (it is drawn only on a terminal anyway).")
 @click.version_option(__version__, prog_name="ckpt", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, root: str | None, store: str | None, session: str, debug: bool,
-        no_progress: bool) -> None:
+        verbose: int, no_progress: bool) -> None:
     """ckpt: content-addressed checkpoints of a workspace, for AI coding agents.
 
     Take a checkpoint before and after every agent turn or tool call; restore one when a
@@ -112,9 +118,20 @@ def cli(ctx: click.Context, root: str | None, store: str | None, session: str, d
     state = State(root="", store=store, session=session, debug=debug,
                   progress_enabled=not no_progress)
     ctx.obj = state
+    _start_logging(ctx, verbose)
     if not session:
         raise click.BadParameter("must not be empty", param_hint="'--session'")
     state.root = root if root else find_root(os.getcwd())
+
+
+def _start_logging(ctx: click.Context, verbose: int) -> None:
+    """Attach the stderr log handler for this invocation, if -v or CKPT_LOG asks for one."""
+    try:
+        level = log.chosen_level(verbose=verbose, env=os.environ.get(log.ENV))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=log.ENV) from None
+    if level is not None:
+        ctx.call_on_close(log.attach(level, sys.stderr))
 
 
 for _module in (setup, snapshot, restore, maintenance, tune):
@@ -135,12 +152,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
-    # The command has closed everything it opened (click's context closes the service, whose
-    # close publishes the store's packs), output is flushed, and ckpt registers no atexit
-    # handler: all the interpreter would still do is free its objects one by one and run a
-    # last cyclic collection over every module's, 10-40 ms a command (measured: ~10 ms after
-    # a command that did nothing, 26-31 ms after a stdlib snapshot, 34-40 ms after a Linux
-    # one, of 90-300 ms), which the kernel does at once as the process ends.
+    # Everything the command opened is closed and output is flushed; what the interpreter would
+    # still do (free every object, a last cyclic collection) the kernel does at once on exit.
     os._exit(code)
 
 

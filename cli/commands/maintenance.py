@@ -26,7 +26,7 @@ from ckpt.cli.render import (
 )
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints.model import Event
+    from ckpt.checkpoints import Event
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]  # generic only in click >= 8.2

@@ -1,7 +1,8 @@
 """Setting a workspace up: `init`, `track`, `untrack`, `config get|set|list`.
 
-`config` reads and writes `<store>/config.toml` through `checkpoints.config` without opening
-the whole library (a store is still required: `config` on an uninitialized root exits 1).
+`config` reads and writes `<store>/config.toml` through the library's config functions
+(`read_config`, `set_config_value`) without opening the whole library; `check_store` still
+requires an initialized store (`config` on an uninitialized root exits 1).
 """
 
 from __future__ import annotations
@@ -99,9 +100,9 @@ def _config_value_text(value: object) -> str:
 
 def _store_dir(state: State) -> str:
     """The store directory, checked to be an initialized store of a format we read."""
-    from ckpt.objstore import ObjectStore
+    from ckpt.checkpoints import check_store
 
-    ObjectStore.open(state.store_dir).close()  # StoreNotFound -> "run 'ckpt init'"
+    check_store(state.store_dir)  # StoreNotFound -> "run 'ckpt init'"
     return state.store_dir
 
 
@@ -123,7 +124,7 @@ def config() -> None:
 @pass_state
 def config_get(state: State, key: str, as_json: bool) -> None:
     """Print the value of setting KEY."""
-    from ckpt.checkpoints.config import get_config_value, read_config
+    from ckpt.checkpoints import get_config_value, read_config
 
     value = get_config_value(read_config(_store_dir(state)), key)
     if as_json:
@@ -143,7 +144,7 @@ def config_set(state: State, key: str, value: str, as_json: bool) -> None:
     Sizes take units (64M, 1.5G, 100KiB), booleans true/false/yes/no/on/off/1/0, and
     extra_ignore comma-separated gitignore patterns ('' clears it).
     """
-    from ckpt.checkpoints.config import get_config_value, set_config_value
+    from ckpt.checkpoints import get_config_value, set_config_value
 
     new = get_config_value(set_config_value(_store_dir(state), key, value), key)
     if as_json:
@@ -157,7 +158,7 @@ def config_set(state: State, key: str, value: str, as_json: bool) -> None:
 @pass_state
 def config_list(state: State, as_json: bool) -> None:
     """Print every setting and its value (defaults included)."""
-    from ckpt.checkpoints.config import CONFIG_KEYS, get_config_value, read_config
+    from ckpt.checkpoints import CONFIG_KEYS, get_config_value, read_config
 
     cfg = read_config(_store_dir(state))
     values = {key: get_config_value(cfg, key) for key in CONFIG_KEYS}

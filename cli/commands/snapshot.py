@@ -38,8 +38,7 @@ from ckpt.cli.render import (
 )
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints.model import CheckpointRecord
-    from ckpt.checkpoints.reports import FileEntry
+    from ckpt.checkpoints import CheckpointRecord, FileEntry
 
 MAX_SKIPPED_SHOWN = 20
 
@@ -170,7 +169,7 @@ Examples:
 @pass_state
 def latest(state: State, turn_id: str | None, reason: str | None, as_json: bool) -> None:
     """Print the newest matching checkpoint of the session (exit 3 if none)."""
-    from ckpt.checkpoints.errors import NothingMatched
+    from ckpt.checkpoints import NothingMatched
 
     service = state.open()
     record = service.latest(turn_id=turn_id, reason=reason)

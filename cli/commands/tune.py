@@ -1,6 +1,6 @@
 """`ckpt bench`: measure snapshot and restore on the user's own tree across a settings grid.
 
-A thin wrapper over `bench.tune.run_tuning`: it works on a scratch copy with a temporary
+A thin wrapper over `ckpt.tuning.tune.run_tuning`: it works on a scratch copy with a temporary
 store, so the user's tree and store are never modified.
 """
 
@@ -44,7 +44,7 @@ def bench(state: State, levels: str, threads_text: str, max_files: int, time_bud
     Prints a table per setting and a recommendation (with the `ckpt config set` commands).
     Your tree and store are never modified.
     """
-    from bench.tune import render_table, run_tuning
+    from ckpt.tuning.tune import render_table, run_tuning
 
     def say(message: str) -> None:
         if state.progress_enabled and sys.stderr.isatty():

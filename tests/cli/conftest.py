@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from ckpt.cli.main import cli
 
-CKPT_VARS = ("CKPT_ROOT", "CKPT_STORE", "CKPT_SESSION", "CKPT_DEBUG")
+CKPT_VARS = ("CKPT_ROOT", "CKPT_STORE", "CKPT_SESSION", "CKPT_DEBUG", "CKPT_LOG")
 
 
 @dataclass

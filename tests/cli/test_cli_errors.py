@@ -11,7 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from ckpt.checkpoints import display_text
 from ckpt.checkpoints import errors as ce
 from ckpt.checkpoints.lock import LockOwner
 from ckpt.cli import errors
@@ -186,3 +189,15 @@ def test_non_utf8_names_round_trip_through_json_and_are_quoted_in_text(
     assert plain.stdout_bytes == b'D "caf\\351\\n.txt"\n'
     files = json.loads(ckpt_in("show", a, "--json").stdout_bytes)["files"]
     assert raw in [os.fsencode(f["path"]) for f in files]
+
+
+def test_the_cli_and_the_library_put_values_into_messages_the_same_way() -> None:
+    assert errors.show is display_text
+
+
+@given(st.one_of(st.binary(), st.text(), st.integers(), st.lists(st.text(), max_size=3)))
+def test_any_value_shows_as_one_printable_line(value: object) -> None:
+    text = display_text(value)
+    assert text.isprintable()  # so no line break, no escape sequence reaches the terminal
+    if isinstance(value, str) and value.isprintable() and value.isascii():
+        assert text == value

@@ -34,7 +34,8 @@ API (what `cli/` calls; keep it stable)::
   one with the lowest snapshot + no-change + restore time; the defaults (StoreConfig's level and threads)
   when they are within 5% of that, since smaller differences are noise on a shared machine.
 
-Must not: write anywhere but its own scratch directory (removed at the end), print, or exit.
+Must not: write anywhere but its own scratch directory (removed at the end), print, or exit;
+or use more of the library than the public API of ``ckpt.checkpoints``.
 """
 
 from __future__ import annotations
@@ -53,13 +54,17 @@ from typing import Any, Literal
 
 import blake3
 
-from bench.corpus import measure_tree
-from bench.turns import PROTECTED_NAMES, Turn, apply_turn, plan_turn
-from ckpt.checkpoints.config import StoreConfig, read_config, write_config
-from ckpt.checkpoints.errors import CheckpointError
-from ckpt.checkpoints.ignore import DirRules, IgnoreRules
-from ckpt.checkpoints.paths import parse_relpath
-from ckpt.checkpoints.service import STORE_NAME, Checkpoints
+from ckpt.checkpoints import (
+    STORE_NAME,
+    CheckpointError,
+    Checkpoints,
+    DirRules,
+    IgnoreRules,
+    StoreConfig,
+    read_config,
+    write_config,
+)
+from ckpt.tuning.workload import PROTECTED_NAMES, Turn, apply_turn, measure_tree, plan_turn
 
 DEFAULT_LEVELS = (1, 3, 6)
 DEFAULT_THREADS = (1, 0)
@@ -160,7 +165,7 @@ def list_capture(root: str, store_dir: str, config: StoreConfig) -> tuple[list[_
     """
     root_b = os.fsencode(root)
     rel_store = os.path.relpath(store_dir, root)
-    excluded = [] if rel_store.startswith("..") or rel_store == "." else [parse_relpath(rel_store)]
+    excluded = [] if rel_store.startswith("..") or rel_store == "." else [os.fsencode(rel_store)]
     rules = IgnoreRules.load(root_b, use_gitignore=config.use_gitignore,
                              extra_patterns=config.extra_ignore, excluded=excluded)
     items: list[_Item] = []
@@ -344,6 +349,71 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
+@dataclass(frozen=True, slots=True)
+class _Capture:
+    """What will be copied: the items and directories, and what a whole snapshot captures."""
+
+    items: list[_Item]
+    dirs: list[str]
+    captured_files: int
+    captured_bytes: int
+    note: str | None  # how the tree was sampled, or None
+
+
+def _bounded_capture(root_abs: str, store_abs: str, config: StoreConfig, *, max_files: int,
+                     max_bytes: int, on_too_large: Literal["sample", "refuse"],
+                     seed: int) -> _Capture:
+    """What a snapshot of ``root_abs`` captures, sampled (or refused) when over the limits."""
+    items, dirs = list_capture(root_abs, store_abs, config)
+    captured_files, captured_bytes = len(items), sum(i.size for i in items)
+    note = None
+    if captured_files > max_files or captured_bytes > max_bytes:
+        over = (f"{root_abs} has {captured_files:,} files / {_mb(captured_bytes)} to capture, "
+                f"over the limit of {max_files:,} files / {_mb(max_bytes)}")
+        if on_too_large == "refuse":
+            raise TuningError(f"{over}; raise --max-files/--max-bytes, or let it sample")
+        items = choose_sample(items, max_files=max_files, max_bytes=max_bytes, seed=seed)
+        dirs = sorted({os.path.dirname(i.rel) for i in items} - {""})
+        note = (f"sampled {len(items):,} of {captured_files:,} files (seed {seed}): times are "
+                "for the sample; whole-tree snapshots take about proportionally longer")
+    if not any(i.kind == "file" for i in items):
+        raise TuningError(f"nothing to measure: a snapshot of {root_abs} captures no files")
+    return _Capture(items, dirs, captured_files, captured_bytes, note)
+
+
+def _scratch_parent(scratch_dir: str | os.PathLike[str] | None, *guarded: str) -> str:
+    """Where the scratch directory goes: refused inside the user's tree or store, checked
+    before anything is created there."""
+    parent = os.path.realpath(os.fspath(scratch_dir) if scratch_dir else tempfile.gettempdir())
+    for inside in guarded:
+        if os.path.commonpath([inside, parent]) == inside:
+            raise TuningError(f"scratch directory {parent} is inside {inside}; "
+                              "choose one elsewhere (--scratch or TMPDIR)")
+    return parent
+
+
+def _run_grid(copy: Path, scratch: Path, grid: Sequence[tuple[int, int]],
+              configs: Sequence[StoreConfig], turn: Turn, *, repeats: int, time_budget: float,
+              started: float, clock: Callable[[], float], say: Progress) -> list[TuningRow]:
+    """One row per setting; once the budget cannot fit another row as slow as the slowest so
+    far, the rest are reported as skipped (the first row always runs)."""
+    rows: list[TuningRow] = []
+    row_seconds: list[float] = []
+    for index, ((level, t), config) in enumerate(zip(grid, configs)):
+        elapsed = clock() - started
+        if rows and elapsed + max(row_seconds) > time_budget:
+            rows.append(TuningRow(level, t, t or os.cpu_count() or 1,
+                                  skipped=f"time budget of {time_budget:g} s reached"))
+            continue
+        say(f"[{index + 1}/{len(grid)}] compression level {level}, threads {t or 'auto'}")
+        row_started = clock()
+        runs = [_measure_row(copy, scratch / f"store-{index}-{r}", config, turn, clock)
+                for r in range(repeats)]
+        row_seconds.append(clock() - row_started)
+        rows.append(_median_row(level, t, runs))
+    return rows
+
+
 def run_tuning(root: str | os.PathLike[str], *, store: str | os.PathLike[str] | None = None,
                levels: Sequence[int] = DEFAULT_LEVELS, threads: Sequence[int] = DEFAULT_THREADS,
                max_files: int = 20_000, max_bytes: int = 2 << 30, time_budget: float = 300.0,
@@ -367,51 +437,23 @@ def run_tuning(root: str | os.PathLike[str], *, store: str | os.PathLike[str] | 
                                    retention_cap=0) for level, t in grid]  # validates the grid
 
     say(f"listing what a snapshot of {root_abs} captures")
-    items, dirs = list_capture(root_abs, store_abs, configs[0])
-    captured_files, captured_bytes = len(items), sum(i.size for i in items)
-    note = None
-    if captured_files > max_files or captured_bytes > max_bytes:
-        over = (f"{root_abs} has {captured_files:,} files / {_mb(captured_bytes)} to capture, "
-                f"over the limit of {max_files:,} files / {_mb(max_bytes)}")
-        if on_too_large == "refuse":
-            raise TuningError(f"{over}; raise --max-files/--max-bytes, or let it sample")
-        items = choose_sample(items, max_files=max_files, max_bytes=max_bytes, seed=seed)
-        dirs = sorted({os.path.dirname(i.rel) for i in items} - {""})
-        note = (f"sampled {len(items):,} of {captured_files:,} files (seed {seed}): times are "
-                "for the sample; whole-tree snapshots take about proportionally longer")
-    if not any(i.kind == "file" for i in items):
-        raise TuningError(f"nothing to measure: a snapshot of {root_abs} captures no files")
-
-    parent = os.path.realpath(os.fspath(scratch_dir) if scratch_dir else tempfile.gettempdir())
-    for guarded in (root_abs, store_abs):  # checked before anything is created there
-        if os.path.commonpath([guarded, parent]) == guarded:
-            raise TuningError(f"scratch directory {parent} is inside {guarded}; "
-                              "choose one elsewhere (--scratch or TMPDIR)")
+    capture = _bounded_capture(root_abs, store_abs, configs[0], max_files=max_files,
+                               max_bytes=max_bytes, on_too_large=on_too_large, seed=seed)
+    parent = _scratch_parent(scratch_dir, root_abs, store_abs)
     scratch = Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir=parent))
     try:
         copy = scratch / "tree"
-        say(f"copying {len(items):,} files to {copy}")
-        items = copy_capture(Path(root_abs), copy, items, dirs)
+        say(f"copying {len(capture.items):,} files to {copy}")
+        items = copy_capture(Path(root_abs), copy, capture.items, capture.dirs)
         turn = _plan_small_turn(copy, items, seed, configs[0])
-        rows: list[TuningRow] = []
-        row_seconds: list[float] = []
-        for index, ((level, t), config) in enumerate(zip(grid, configs)):
-            elapsed = clock() - started
-            if rows and elapsed + max(row_seconds) > time_budget:
-                rows.append(TuningRow(level, t, t or os.cpu_count() or 1,
-                                      skipped=f"time budget of {time_budget:g} s reached"))
-                continue
-            say(f"[{index + 1}/{len(grid)}] compression level {level}, threads {t or 'auto'}")
-            row_started = clock()
-            runs = [_measure_row(copy, scratch / f"store-{index}-{r}", config, turn, clock)
-                    for r in range(repeats)]
-            row_seconds.append(clock() - row_started)
-            rows.append(_median_row(level, t, runs))
+        rows = _run_grid(copy, scratch, grid, configs, turn, repeats=repeats,
+                         time_budget=time_budget, started=started, clock=clock, say=say)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return TuningResult(
-        root=root_abs, captured_files=captured_files, captured_bytes=captured_bytes,
-        files=len(items), bytes=sum(i.size for i in items), sampled=note is not None, note=note,
+        root=root_abs, captured_files=capture.captured_files,
+        captured_bytes=capture.captured_bytes, files=len(items),
+        bytes=sum(i.size for i in items), sampled=capture.note is not None, note=capture.note,
         turn={"edited": len(turn.edits), "added": len(turn.adds), "deleted": len(turn.deletes),
               "seed": seed},
         repeats=repeats, rows=tuple(rows), recommendation=recommend(rows),

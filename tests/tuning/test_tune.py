@@ -1,4 +1,4 @@
-"""`bench.tune` (the logic of `ckpt bench`): it measures a scratch copy, never the user's tree.
+"""`ckpt.tuning.tune` (behind `ckpt bench`): it measures a scratch copy, never the user's tree.
 
 A small generated tree with the things that must survive untouched (ignored files, an ignored
 directory, `.git`, the user's own store, a symlink, an exec bit) is fingerprinted before and
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.tune import (
+from ckpt.checkpoints import Checkpoints, StoreConfig, write_config
+from ckpt.tuning.tune import (
     DEFAULT_LEVELS,
     DEFAULT_SETTING,
     DEFAULT_THREADS,
@@ -28,8 +29,6 @@ from bench.tune import (
     render_table,
     run_tuning,
 )
-from ckpt.checkpoints.config import StoreConfig, write_config
-from ckpt.checkpoints.service import Checkpoints
 
 PAST_NS = 1_600_000_000 * 10**9
 

@@ -1,10 +1,14 @@
-"""A seeded, agent-like turn: edit some files, add some, delete some.
+"""A seeded, agent-like workload: one turn (edit some files, add some, delete some), and the
+size of a tree on disk.
 
-Owns: choosing a turn (pure: a sorted file list and a seed in, a ``Turn`` value out) and applying
-it to a working copy. The same seed and the same file list give byte-identical results, so the
-ckpt copy and the git copy of a round see exactly the same change.
+Owns: choosing a turn (pure: a sorted file list and a seed in, a ``Turn`` value out), applying it
+to a working copy, and ``measure_tree``. The same seed and the same file list give byte-identical
+results, so every tool and every setting measured sees exactly the same change. ``ckpt bench``
+(``ckpt.tuning.tune``) and the benchmarks in ``bench/`` share it.
 
-Must not: read the clock or an unseeded random source, or touch paths outside the plan.
+Must not: read the clock or an unseeded random source, touch paths outside the plan, or import
+anything beyond the standard library (``bench/compare.py`` imports it and must stay free of
+ckpt's library).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import os
 import posixpath
 import random
+import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,3 +134,31 @@ def _line_start_at_or_after(data: bytes, offset: int) -> int:
         return 0
     nl = data.find(b"\n", offset - 1)
     return len(data) if nl < 0 else nl + 1
+
+
+@dataclass(frozen=True, slots=True)
+class TreeSize:
+    """Size of a tree on disk: logical bytes, allocated bytes (st_blocks * 512), file count."""
+
+    apparent_bytes: int
+    allocated_bytes: int
+    files: int
+
+
+def measure_tree(root: Path) -> TreeSize:
+    """Sum sizes over every non-directory under ``root``; hard links are counted once."""
+    apparent = allocated = files = 0
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames + dirnames:
+            st = os.lstat(os.path.join(dirpath, name))
+            if stat.S_ISDIR(st.st_mode):
+                allocated += st.st_blocks * 512  # directories take blocks too (fan-out costs)
+                continue
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            apparent += st.st_size
+            allocated += st.st_blocks * 512
+            files += 1
+    return TreeSize(apparent, allocated, files)
