@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         RestoreReport,
         StoreStats,
     )
+    from ckpt.checkpoints.restoring import RestoreOptions
     from ckpt.checkpoints.service import STORE_NAME, Checkpoints, preload
 
 # name -> the submodule that defines it
@@ -60,6 +61,7 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("CheckpointRecord", "CheckpointStats", "Event", "SkippedPath"), "model"),
     "RelPath": "paths",
     "RestorePlan": "plan",
+    "RestoreOptions": "restoring",
     **dict.fromkeys(("CheckReport", "FileEntry", "PruneReport", "RestoreReport", "StoreStats"),
                     "reports"),
     **dict.fromkeys(("STORE_NAME", "Checkpoints", "preload"), "service"),
@@ -85,6 +87,7 @@ __all__ = [
     "PruneReport",
     "RelPath",
     "RestoreIncomplete",
+    "RestoreOptions",
     "RestorePlan",
     "RestoreReport",
     "STORE_NAME",
