@@ -195,8 +195,9 @@ class Restorer:
         if event is not None:
             ws.emit(event)
         if applied.conflicts:
-            logger.debug("restore to %s left %d paths as they were", target.id,
-                         len(applied.conflicts))
+            if logger.isEnabledFor(logging.DEBUG):
+                for path, why in applied.conflicts:
+                    logger.debug("conflict, left as it is: %s (%s)", os.fsdecode(path), why)
             error = RestoreIncomplete(target.id, describe_conflicts(applied.conflicts))
             error.report = report  # type: ignore[attr-defined]
             raise error

@@ -17,16 +17,15 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ckpt.checkpoints.catalog import Catalog
 from ckpt.checkpoints.config import StoreConfig, read_config, write_config
 from ckpt.checkpoints.diff import Change, diff_trees, iter_leaves
 from ckpt.checkpoints.errors import NotInitialized, PathNotInCheckpoint, UnsafePath
-from ckpt.checkpoints.maintenance import Maintenance
 from ckpt.checkpoints.model import CheckpointRecord, Event
 from ckpt.checkpoints.paths import RelPath
-from ckpt.checkpoints.restoring import RestoreOptions, Restorer
 from ckpt.checkpoints.scan import ProgressFn
 from ckpt.checkpoints.workspace import Clock, Listener, Workspace
 from ckpt.checkpoints.writing import LockedRoot, naming
@@ -36,6 +35,7 @@ from ckpt.objstore.errors import StoreNotFound
 # The restore side (plan, restore, reports) is imported where it is used: a `ckpt create` is
 # one process start, and building those modules' classes would be paid for nothing.
 if TYPE_CHECKING:
+    from ckpt.checkpoints.maintenance import Maintenance
     from ckpt.checkpoints.reports import (
         CheckReport,
         FileEntry,
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         RestoreReport,
         StoreStats,
     )
+    from ckpt.checkpoints.restoring import RestoreOptions, Restorer
     from ckpt.objstore.gc import GcReport
 
 STORE_NAME = ".ckpt"
@@ -58,6 +59,7 @@ def preload() -> None:
     import ckpt.checkpoints.plan  # noqa: PLC0415
     import ckpt.checkpoints.reports  # noqa: PLC0415
     import ckpt.checkpoints.restore  # noqa: PLC0415
+    import ckpt.checkpoints.restoring  # noqa: PLC0415
 
 
 def _utc_now() -> datetime:
@@ -75,8 +77,6 @@ class Checkpoints:
         catalog = Catalog.open(os.path.join(store_dir, "catalog.db"), fsync=config.fsync)  # type: ignore[arg-type]
         self._ws = Workspace(root, store_dir, session, config, objects, catalog, clock=clock,
                              rng=rng or random.Random())
-        self._restorer = Restorer(self._ws)
-        self._maintenance = Maintenance(self._ws, self._restorer.pending_intent)
         self._last_write: LockedRoot | None = None  # its bookkeeping may still be running
 
     @property
@@ -122,6 +122,19 @@ class Checkpoints:
 
     def _gc_generation(self) -> int:
         return self._ws.gc_generation()
+
+    # Restoring and maintenance are imported on first use: a snapshot needs neither.
+    @cached_property
+    def _restorer(self) -> Restorer:
+        from ckpt.checkpoints.restoring import Restorer  # noqa: PLC0415 (see above)
+
+        return Restorer(self._ws)
+
+    @cached_property
+    def _maintenance(self) -> Maintenance:
+        from ckpt.checkpoints.maintenance import Maintenance  # noqa: PLC0415 (see above)
+
+        return Maintenance(self._ws, self._restorer.pending_intent)
 
     # -- opening and closing -------------------------------------------------------------
 
@@ -180,7 +193,8 @@ class Checkpoints:
         self.settle()
         locked = self._ws.lock_root(purpose)
         with locked:
-            self._restorer.complete_interrupted(locked)
+            if self._ws.restore_left_over():
+                self._restorer.complete_interrupted(locked)
             yield locked
         self._last_write = locked
 
@@ -210,7 +224,10 @@ class Checkpoints:
                 progress: ProgressFn | None = None) -> RestoreReport:
         """Make the workspace match checkpoint `ref`, as `options` say (the default: the whole
         scope, saving the current state first as the undo, recording the event)."""
-        options = RestoreOptions() if options is None else options
+        if options is None:
+            from ckpt.checkpoints.restoring import RestoreOptions  # noqa: PLC0415 (see above)
+
+            options = RestoreOptions()
         target, only = self._restorer.resolve(ref, options)
         started = time.monotonic()
         with self._writing("restore") as locked:

@@ -38,7 +38,7 @@ STAGING_PREFIX = "staging-"
 
 
 def ms(seconds: float) -> int:
-    return int(round(seconds * 1000))
+    return round(seconds * 1000)
 
 
 class Workspace:
@@ -82,6 +82,17 @@ class Workspace:
                           os.path.join(self.root_dir, "lock"),
                           timeout=self.config.lock_timeout, purpose=purpose,
                           save_cache=self.save_cache)
+
+    def restore_left_over(self) -> bool:
+        """Whether a killed restore of this root left a journal or a staging directory: the
+        cheap test every write call makes before it asks restoring.py to complete one."""
+        if (self.catalog.restore_journal(self.root_key) is not None
+                or os.path.lexists(self.journal_path)):
+            return True
+        try:
+            return any(name.startswith(STAGING_PREFIX) for name in os.listdir(self.root_dir))
+        except OSError:
+            return False
 
     def gc_generation(self) -> int:
         try:
