@@ -17,8 +17,9 @@ raises the peak RSS (the thread's buffers come from a malloc arena of its own) w
 own time dwarfs the save. A call that fails runs its jobs before raising, quietly: what its scan
 learnt still holds.
 
-This module knows nothing of scans or restores: jobs are plain callables. It changes no
-process-global state.
+Jobs are plain callables; the one thing of a scan this module holds is the stat cache it made
+(`scanned_cache`), to save it with the jobs. It knows nothing else of scans or restores, and it
+changes no process-global state (the cyclic garbage collector included).
 """
 
 from __future__ import annotations
