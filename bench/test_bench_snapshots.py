@@ -46,6 +46,7 @@ from bench.corpus import (
     read_manifest,
 )
 from bench.shapes import REAL_TREES, SHAPES, BuiltShape, describe
+from ckpt.checkpoints import RestoreOptions
 from ckpt.checkpoints.model import CheckpointRecord
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.objstore import EntryKind
@@ -81,7 +82,7 @@ class Workspace:
     def reset(self) -> None:
         """Bring the tree back to `first` (outside any timing) and settle the stat cache."""
         if not self.at_first:
-            self.cp.restore(self.first.id, save=False, record_event=False)
+            self.cp.restore(self.first.id, RestoreOptions(save=False, record_event=False))
             assert diff_manifests(self.baseline, read_manifest(self.work)) == []
             self.at_first = True
         time.sleep(RACY_PAUSE_S)

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         RestoreReport,
         StoreStats,
     )
+    from ckpt.checkpoints.restoring import RestoreOptions
     from ckpt.checkpoints.service import STORE_NAME, Checkpoints, preload
     from ckpt.checkpoints.store_setup import check_store
 
@@ -72,6 +73,7 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("CheckpointRecord", "CheckpointStats", "Event", "SkippedPath"), "model"),
     "RelPath": "paths",
     "RestorePlan": "plan",
+    "RestoreOptions": "restoring",
     "check_platform": "platform",
     **dict.fromkeys(("CheckReport", "FileEntry", "PruneReport", "RestoreReport", "StoreStats"),
                     "reports"),
@@ -102,6 +104,7 @@ __all__ = [
     "PruneReport",
     "RelPath",
     "RestoreIncomplete",
+    "RestoreOptions",
     "RestorePlan",
     "RestoreReport",
     "SkippedPath",

@@ -10,8 +10,8 @@ Two steps, so a bad store never leaves a half-restored tree:
    with O_NOFOLLOW one component at a time, so nothing is ever written through a symlink or
    outside the root, whatever changed on disk since the plan was made.
 What a restore replaces or removes is freed with the staging directory (`remove_staging_soon`)
-rather than where it stood: freeing a file's blocks is the dearest step of replacing it
-(~0.1 ms a file on ext4), and a thread can do it while the caller records what was written.
+rather than where it stood: freeing a file's blocks is the dearest step of replacing it (on
+ext4), and a thread can do it while the caller records what was written.
 A path that cannot be applied (an ignored file keeps a directory from being replaced, a
 directory appeared where a file must go) is reported as a conflict, never forced.
 Crash safety (the journal) is the caller's: this module can be re-run on any state.

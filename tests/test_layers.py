@@ -19,11 +19,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # Layer -> its source folder (ckpt/tuning is a real folder of the package, not a link).
 FOLDERS = {"objstore": "objstore", "checkpoints": "checkpoints", "cli": "cli",
            "tuning": "ckpt/tuning"}
-# Files that still break the public-API rule and are mended elsewhere. The test below fails once
-# a listed file complies, so the entry cannot outlive its reason.
-PENDING: dict[str, str] = {
-    "cli/commands/restore.py": "edited on another branch for the restore options",
-}
 
 
 def _top(module: str) -> str:
@@ -92,10 +87,7 @@ def test_lower_layers_never_import_upper_layers(layer: str, forbidden: set[str])
 @pytest.mark.parametrize("layer", ["cli", "tuning"])
 def test_upper_layers_use_only_the_public_api_of_checkpoints(layer: str) -> None:
     offenders = {_name(p): _private_uses(p) for p in _modules(layer)}
-    offenders = {k: v for k, v in offenders.items() if v}
-    assert {k: v for k, v in offenders.items() if k not in PENDING} == {}
-    pending = {k for k in PENDING if k.startswith(FOLDERS[layer] + "/")}
-    assert pending <= offenders.keys(), "a PENDING file complies now: drop it from the list"
+    assert {k: v for k, v in offenders.items() if v} == {}
 
 
 def test_the_public_api_rule_sees_each_way_of_reaching_a_submodule(tmp_path: Path) -> None:

@@ -15,8 +15,7 @@ from ckpt.cli.context import State, complete_checkpoint_id, json_option, pass_st
 from ckpt.cli.render import display_path, format_size, write_json, write_lines
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints.plan import RestorePlan
-    from ckpt.checkpoints.reports import RestoreReport
+    from ckpt.checkpoints import RestorePlan, RestoreReport
 
 
 def summary_line(report: RestoreReport) -> str:
@@ -81,15 +80,15 @@ def restore(state: State, id: str, dry_run: bool, no_save: bool, no_event: bool,
     checkpoint, whose id the summary prints: restoring it undoes the restore. Ignored files
     and paths the checkpoint did not capture are never deleted.
     """
-    from ckpt.checkpoints.errors import RestoreIncomplete
+    from ckpt.checkpoints import RestoreIncomplete, RestoreOptions
 
     service = state.open()
     try:
         with state.progress() as progress:
-            report = service.restore(id, record_event=not no_event, dry_run=dry_run,
-                                     discard_later=discard_later, save=not no_save,
-                                     paths=[user_path(p) for p in paths] or None,
-                                     progress=progress)
+            options = RestoreOptions(save=not no_save, record_event=not no_event,
+                                     discard_later=discard_later, dry_run=dry_run,
+                                     paths=tuple(user_path(p) for p in paths))
+            report = service.restore(id, options, progress=progress)
     except RestoreIncomplete as exc:
         partial = getattr(exc, "report", None)
         if partial is not None:

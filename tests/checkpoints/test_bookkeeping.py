@@ -1,5 +1,5 @@
 """What a call leaves to do after it returns: the stat cache's update and save, freeing what a
-restore replaced (`Checkpoints._writing`). Its contracts: the locks are held until it is done,
+restore replaced (`writing.LockedRoot`). Its contracts: the locks are held until it is done,
 the next call and `close` wait for it, a failure in it is raised once by whichever waits, an
 interpreter that exits without `close` still finishes it, and a staging directory that it
 could not remove is removed by the next call.
@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 
-from ckpt.checkpoints import service as service_module
+from ckpt.checkpoints import workspace as workspace_module
+from ckpt.checkpoints import writing as writing_module
 from ckpt.checkpoints.errors import StoreBusy
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.checkpoints.statcache import RACY_WINDOW_NS, read_stat_cache, write_stat_cache
@@ -78,7 +79,7 @@ def test_the_locks_are_held_until_the_bookkeeping_is_done(
         assert release.wait(30)
         write_stat_cache(path, cache)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(service_module, "write_stat_cache", slow_save)
+    monkeypatch.setattr(workspace_module, "write_stat_cache", slow_save)
     cp.create()  # returns with its cache's save still to do
     assert saving.wait(30)
     with Checkpoints.open(root) as other:
@@ -101,7 +102,7 @@ def test_a_failed_save_is_raised_once_by_the_next_call_and_costs_nothing_else(
     def full_disk(path: str, cache: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", path)
 
-    monkeypatch.setattr(service_module, "write_stat_cache", full_disk)
+    monkeypatch.setattr(workspace_module, "write_stat_cache", full_disk)
     report = cp.restore(first.id)
     assert h.tree_state(root) == model and report.written + report.deleted > 0
     assert cp.catalog.restore_journals() == []  # the restore itself was complete and closed
@@ -123,7 +124,7 @@ def test_close_raises_what_failed_behind(root: str, monkeypatch: pytest.MonkeyPa
     def broken(path: str, cache: object) -> None:
         raise OSError(errno.EIO, "Input/output error", path)
 
-    monkeypatch.setattr(service_module, "write_stat_cache", broken)
+    monkeypatch.setattr(workspace_module, "write_stat_cache", broken)
     cp.create()
     with pytest.raises(OSError) as caught:
         cp.close()
@@ -160,12 +161,12 @@ def test_a_bulky_call_does_its_bookkeeping_before_its_commit(
         cp: Checkpoints, root: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past BEHIND_MAX_FILES files hashed, a snapshot saves its (big) cache before its commit,
     as it always did: a failure to save is the call's own, and no checkpoint is recorded."""
-    monkeypatch.setattr(service_module, "BEHIND_MAX_FILES", 3)
+    monkeypatch.setattr(writing_module, "BEHIND_MAX_FILES", 3)
     first = cp.create()  # 6 files hashed: bulky
     assert read_stat_cache(cp._cache_path, gc_generation=0).dirs[b""].tree == first.tree
     _turn(root)  # 2 files hashed: not bulky, saved behind
     cp.create()
-    assert cp._behind is not None
+    assert cp._last_write is not None and cp._last_write.running
     cp.settle()
 
     def full_disk(path: str, cache: object) -> None:
@@ -174,7 +175,7 @@ def test_a_bulky_call_does_its_bookkeeping_before_its_commit(
     for index in range(6):
         h.write_file(root, f"pkg0/more{index}.py", b"more %d\n" % index)
     count = len(cp.history())
-    monkeypatch.setattr(service_module, "write_stat_cache", full_disk)
+    monkeypatch.setattr(workspace_module, "write_stat_cache", full_disk)
     with pytest.raises(OSError) as caught:
         cp.create()
     assert caught.value.errno == errno.ENOSPC and len(cp.history()) == count
@@ -185,7 +186,7 @@ def test_a_bulky_call_does_its_bookkeeping_before_its_commit(
 
 def test_a_bulky_restore_does_its_bookkeeping_before_closing_its_journal(
         cp: Checkpoints, root: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service_module, "BEHIND_MAX_FILES", 3)
+    monkeypatch.setattr(writing_module, "BEHIND_MAX_FILES", 3)
     first = cp.create()
     model = h.tree_state(root)
     for index in range(6):
@@ -195,7 +196,7 @@ def test_a_bulky_restore_does_its_bookkeeping_before_closing_its_journal(
     def full_disk(path: str, cache: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", path)
 
-    monkeypatch.setattr(service_module, "write_stat_cache", full_disk)
+    monkeypatch.setattr(workspace_module, "write_stat_cache", full_disk)
     with pytest.raises(OSError):
         cp.restore(first.id)  # 6 removals: bulky
     assert h.tree_state(root) == model  # applied, then the save failed
@@ -211,7 +212,7 @@ def test_a_restore_whose_scan_was_bulky_saves_its_cache_once_before_it_returns(
     """A pre-restore scan that hashed past BEHIND_MAX_FILES makes the restore bulky: its big
     cache is saved once, by the update before the journal is closed, and not on the thread
     (nor first by the scan and then again by the update)."""
-    monkeypatch.setattr(service_module, "BEHIND_MAX_FILES", 3)
+    monkeypatch.setattr(writing_module, "BEHIND_MAX_FILES", 3)
     first = cp.create()
     for index in range(6):
         h.write_file(root, f"pkg1/gen{index}.py", b"generated %d\n" % index)
@@ -222,7 +223,7 @@ def test_a_restore_whose_scan_was_bulky_saves_its_cache_once_before_it_returns(
         saves.append(path)
         write_stat_cache(path, cache)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(service_module, "write_stat_cache", counted)
+    monkeypatch.setattr(workspace_module, "write_stat_cache", counted)
     report = cp.restore(first.id)  # the pre-restore scan hashes the 6 new files
     assert report.deleted == 6
-    assert cp._behind is None and saves == [cp._cache_path]
+    assert not (cp._last_write is not None and cp._last_write.running) and saves == [cp._cache_path]

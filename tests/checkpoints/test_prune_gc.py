@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 
+from ckpt.checkpoints import RestoreOptions
 from ckpt.checkpoints.config import read_config, write_config
 from ckpt.checkpoints.errors import UnknownCheckpoint
 from ckpt.checkpoints.retention import select_over_cap
@@ -67,7 +68,7 @@ def test_seed_sandbox_flow_restores_without_event_and_prunes_by_reason_keeping_l
     manual = turn(root, service, 5, "manual")
     auto.append(turn(root, service, 6, "auto"))
 
-    service.restore(auto[1], record_event=False)
+    service.restore(auto[1], RestoreOptions(record_event=False))
     assert service.events(type="checkpoint:restore") == []
     assert Path(root, "work.txt").read_bytes() == b"turn 1\n"
 
@@ -238,7 +239,7 @@ def test_200_turns_pruned_to_10_and_collected_are_no_bigger_than_a_fresh_store_o
         fresh_store = str(tmp_path / "fresh")
         with Checkpoints.init(root, store=fresh_store) as fresh:
             for record in kept:
-                cp.restore(record.id, save=False, record_event=False)
+                cp.restore(record.id, RestoreOptions(save=False, record_event=False))
                 assert fresh.create().tree == record.tree
             # The same maintenance on both sides (it frees nothing here, but a packed store
             # compacts on gc, and pack framing differs from loose files).

@@ -8,6 +8,7 @@ deleted, `paths=` subsets, type swaps in every direction, chmod-only changes, mi
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 
+from ckpt.checkpoints import RestoreOptions
 from ckpt.checkpoints.config import read_config, write_config
 from ckpt.checkpoints.errors import RestoreIncomplete
 from ckpt.checkpoints.service import Checkpoints
@@ -153,7 +155,7 @@ def test_restore_is_undone_by_restoring_its_pre_restore_checkpoint(root: str, ou
 def test_restore_with_save_false_takes_no_pre_restore_checkpoint(root: str, service: Checkpoints) -> None:
     first, _, _ = make_history(root, service)
     count = len(service.history())
-    report = service.restore(first, save=False)
+    report = service.restore(first, RestoreOptions(save=False))
     assert report.pre_restore is None
     assert len(service.history()) == count
     assert service.history(reason="pre-restore") == []
@@ -161,7 +163,7 @@ def test_restore_with_save_false_takes_no_pre_restore_checkpoint(root: str, serv
 
 def test_discard_later_drops_later_checkpoints_but_keeps_the_pre_restore_one(root: str, service: Checkpoints) -> None:
     first, second, third = make_history(root, service)
-    report = service.restore(first, discard_later=True)
+    report = service.restore(first, RestoreOptions(discard_later=True))
     assert report.discarded == (second, third)
     assert [r.id for r in service.history()] == [first, report.pre_restore]
     prune = service.events(type="checkpoint:prune")[-1]
@@ -196,14 +198,14 @@ def test_restore_with_record_event_false_records_no_event(root: str, service: Ch
     first, _, _ = make_history(root, service)
     heard = []
     service.on("checkpoint:restore", heard.append)
-    service.restore(first, record_event=False)
+    service.restore(first, RestoreOptions(record_event=False))
     assert service.events(type="checkpoint:restore") == [] and heard == []
 
 
 def test_dry_run_returns_the_plan_and_changes_nothing(root: str, service: Checkpoints) -> None:
     first, _, _ = make_history(root, service)
     before, stats, count = h.tree_state(root), h.stat_state(root), len(service.history())
-    report = service.restore(first, dry_run=True)
+    report = service.restore(first, RestoreOptions(dry_run=True))
     assert report.dry_run and report.pre_restore is None
     assert [w.path for w in report.plan.writes] == [b"a.txt"]
     assert [r.path for r in report.plan.removals] == [b"c.txt"]
@@ -348,11 +350,11 @@ def test_restore_paths_restores_only_that_subset(root: str, service: Checkpoints
     h.write_file(root, "a/new.txt", b"new")
     h.write_file(root, "b.txt", b"b2")
     h.write_file(root, "c.txt", b"c2")
-    report = service.restore(record.id, paths=[at(root, "a/x.txt"), at(root, "b.txt")])
+    report = service.restore(record.id, RestoreOptions(paths=[at(root, "a/x.txt"), at(root, "b.txt")]))
     assert (report.written, report.deleted) == (2, 0)
     assert (read(root, "a/x.txt"), read(root, "b.txt")) == (b"x1", b"b1")
     assert (read(root, "a/y.txt"), read(root, "a/new.txt"), read(root, "c.txt")) == (b"y2", b"new", b"c2")
-    service.restore(record.id, paths=[at(root, "a")])
+    service.restore(record.id, RestoreOptions(paths=[at(root, "a")]))
     assert read(root, "a/y.txt") == b"y1" and not os.path.exists(at(root, "a/new.txt"))
     assert read(root, "c.txt") == b"c2"
 
@@ -482,7 +484,7 @@ def test_next_snapshot_after_a_restore_reads_at_most_what_the_restore_wrote(root
         h.write_file(root, f"f{index:02}", b"v2 %d" % index)
     time.sleep(2 * RACY_WINDOW_NS / 1e9)
     service.create()
-    service.restore(record.id, save=False)
+    service.restore(record.id, RestoreOptions(save=False))
     # The restore taught the stat cache what it wrote, dated past the racy window: nothing is
     # read again, neither what the restore wrote nor what it left alone.
     again = service.create()
@@ -498,7 +500,7 @@ def test_an_edit_right_after_a_restore_is_seen_even_at_the_same_size(root: str, 
     for index in range(10):
         h.write_file(root, f"f{index}", b"later %d" % index)
     service.create()
-    service.restore(record.id, save=False)
+    service.restore(record.id, RestoreOptions(save=False))
     # No sleep: the edits land within a clock tick of the restore, same sizes as restored.
     for index in range(0, 10, 3):
         h.write_file(root, f"f{index}", b"agent %d" % index)
@@ -572,3 +574,28 @@ def test_a_restore_through_more_directories_than_open_files_allowed_completes(
                                      for i in range(400)}}
     after = service.create()
     assert after.tree == record.tree and after.stats.hashed == 0
+
+
+def test_restore_options_keep_paths_as_a_tuple_and_default_to_a_saved_recorded_restore() -> None:
+    options = RestoreOptions(paths=["a", b"b"])
+    assert options.paths == ("a", b"b")
+    assert RestoreOptions() == RestoreOptions(save=True, record_event=True, discard_later=False,
+                                              dry_run=False, paths=())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.save = False  # type: ignore[misc]
+
+
+def test_a_restore_logs_its_steps_at_debug_level(
+        root: str, service: Checkpoints, caplog: pytest.LogCaptureFixture) -> None:
+    h.write_file(root, "kept.txt", b"kept\n")
+    record = service.create()
+    h.write_file(root, "kept.txt", b"edited\n")
+    h.write_file(root, "new.txt", b"new\n")
+    with caplog.at_level(logging.DEBUG, logger="ckpt.checkpoints.restore"):
+        service.restore(record.id)
+    messages = [r.getMessage() for r in caplog.records if r.name == "ckpt.checkpoints.restore"]
+    assert any(m.startswith(f"plan to {record.id}: 1 writes") for m in messages), messages
+    assert any(m.startswith(f"journal opened for {record.id}") for m in messages), messages
+    assert any(m.startswith("staged 1 files") for m in messages), messages
+    assert any(m.startswith(f"journal closed, restore to {record.id} done: 1 written, 1 deleted")
+               for m in messages), messages

@@ -23,6 +23,7 @@ import pytest
 import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 
 from ckpt import checkpoints
+from ckpt.checkpoints import RestoreOptions
 from ckpt.checkpoints.config import read_config, write_config
 from ckpt.checkpoints.journal import RestoreIntent, write_intent
 from ckpt.checkpoints.service import Checkpoints
@@ -37,11 +38,12 @@ RESTORER = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
 from ckpt.checkpoints.service import Checkpoints
+from ckpt.checkpoints import RestoreOptions
 cp = Checkpoints.open(sys.argv[2])
 def progress(stage, done, total):
     if stage == "restore":
         print(f"tick {done} {total} {time.monotonic()}", flush=True)
-cp.restore(sys.argv[3], save=sys.argv[4] == "1", progress=progress)
+cp.restore(sys.argv[3], RestoreOptions(save=sys.argv[4] == "1"), progress=progress)
 print(f"done {time.monotonic()}", flush=True)
 """
 
@@ -285,7 +287,7 @@ def test_missing_object_found_while_staging_leaves_the_workspace_byte_identical(
         before, stats = h.tree_state(root), h.stat_state(root)
 
         with pytest.raises(ObjectNotFound) as caught:
-            cp.restore(target, save=False)
+            cp.restore(target, RestoreOptions(save=False))
 
         assert caught.value.oid == blob
         assert h.tree_state(root) == before and h.stat_state(root) == stats

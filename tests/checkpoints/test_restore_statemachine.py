@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, rule
 
+from ckpt.checkpoints import RestoreOptions
 from ckpt.checkpoints.errors import UnknownCheckpoint
 from ckpt.checkpoints.service import Checkpoints
 
@@ -149,7 +150,7 @@ class WorkspaceRestores(RuleBasedStateMachine):
                 return multiple()
             raise AssertionError(f"{ref} was discarded but still restores")
         before = h.tree_state(self.root)
-        report = self.cp.restore(ref, save=save, discard_later=discard_later)
+        report = self.cp.restore(ref, RestoreOptions(save=save, discard_later=discard_later))
         assert h.tree_state(self.root) == self.models[ref]
         assert self.cp.diff(ref) == []  # the next scan (stat cache included) agrees
         for gone in report.discarded:
@@ -174,7 +175,7 @@ class WorkspaceRestores(RuleBasedStateMachine):
         if ref not in self.models:
             return
         before = h.tree_state(self.root)
-        report = self.cp.restore(ref, dry_run=True)
+        report = self.cp.restore(ref, RestoreOptions(dry_run=True))
         assert h.tree_state(self.root) == before
         assert report.plan.is_empty == (before == self.models[ref])
         if report.plan.is_empty:  # every leaf counted as unchanged, none loaded to count it

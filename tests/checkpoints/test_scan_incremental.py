@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from ckpt.checkpoints import RestoreOptions
 from ckpt.checkpoints.config import set_config_value
 from ckpt.checkpoints.dirlisting import scan_dirs
 from ckpt.checkpoints.ignore import IgnoreRules
@@ -406,7 +407,7 @@ def test_a_restore_of_some_paths_gives_no_directory_a_tree_id_it_does_not_hold(
         work.write(rel, b"turn edit")
     cp.create()
     time.sleep(2 * RACY_WINDOW_NS / 1e9)
-    cp.restore(first.id, paths=[work.path(paths[0])])  # d0 keeps its other edits
+    cp.restore(first.id, RestoreOptions(paths=[work.path(paths[0])]))  # d0 keeps its other edits
     cp.settle()  # the cache is saved after the restore returns
     cache = read_stat_cache(cp._cache_path, gc_generation=cp._gc_generation())
     first_d0 = cp.objects.get_tree(first.tree).find(b"d0")

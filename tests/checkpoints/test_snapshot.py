@@ -15,6 +15,8 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
+import sys
 import tempfile
 import unicodedata
 from collections.abc import Callable
@@ -465,3 +467,19 @@ def test_snapshot_of_a_random_tree_equals_the_filesystem(
         assert cold_scan(os.fsdecode(root), base) == two.tree
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_snapshot_imports_neither_restoring_nor_maintenance(tmp_path: Path) -> None:
+    """A `ckpt create` is one process start: the modules only a restore, a recovery or
+    maintenance needs are not loaded for it (nor is a killed restore's absence costly)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.txt").write_text("a\n")
+    code = ("import sys\nfrom ckpt.checkpoints.service import Checkpoints\n"
+            "with Checkpoints.init(sys.argv[1]) as cp:\n    cp.create()\n    cp.create()\n"
+            "print(sorted(m for m in sys.modules if m in ('ckpt.checkpoints.restoring', "
+            "'ckpt.checkpoints.maintenance', 'ckpt.checkpoints.restore')))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

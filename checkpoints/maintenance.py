@@ -1,0 +1,194 @@
+"""Maintenance of a store: prune, gc (with the sweep of temporaries and staging), fsck, stats.
+
+gc takes the store's gc lock exclusively (writers hold it shared), so it never sweeps what a
+running snapshot or restore writes; the targets of killed restores not yet completed count as
+live. Deciding what to prune is `retention.py`'s (pure); collecting unreachable objects is
+`objstore.gc`'s and checking them `objstore.fsck`'s. This module never touches a workspace
+and changes no process-global state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from functools import partial
+from typing import TYPE_CHECKING
+
+from ckpt.checkpoints.errors import CatalogCorrupt
+from ckpt.checkpoints.journal import RestoreIntent, decode_intent, read_intent
+from ckpt.checkpoints.lock import RootLock
+from ckpt.checkpoints.model import Event
+from ckpt.checkpoints.retention import select_prunable
+from ckpt.checkpoints.statcache import check_stat_cache
+from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace
+from ckpt.objstore.local import remove_if_older
+
+if TYPE_CHECKING:
+    from ckpt.checkpoints.reports import CheckReport, PruneReport, StoreStats
+    from ckpt.objstore.gc import GcReport
+
+# (where, what): a damaged file found by fsck
+Finding = tuple[str, str]
+
+
+class Maintenance:
+    """prune, gc, fsck and stats of the store a `Workspace` is in. `pending_intent` reads
+    this root's restore journal with the checks that completing it would make."""
+
+    def __init__(self, workspace: Workspace, pending_intent: Callable[[], RestoreIntent | None]) -> None:
+        self._ws = workspace
+        self._pending_intent = pending_intent
+
+    def prune(self, *, reason: str | None, turn_id: str | None, keep_latest: int | None,
+              older_than: timedelta | None, dry_run: bool,
+              collect: Callable[[], GcReport] | None) -> PruneReport:
+        """Drop the checkpoints the criteria select, then run `collect` (the facade's gc,
+        which waits for the last call's bookkeeping first), if given."""
+        from ckpt.checkpoints.reports import PruneReport  # noqa: PLC0415 (lazy: see the module)
+
+        ws = self._ws
+        victims = select_prunable(ws.history(), now=ws.clock(), reason=reason,
+                                  turn_id=turn_id, keep_latest=keep_latest, older_than=older_than)
+        ids = tuple(r.id for r in victims)
+        if dry_run:
+            return PruneReport(ids, 0, 0, True)
+        if ids:
+            event = Event("checkpoint:prune", ws.clock(), ws.session, {
+                "removed": list(ids), "reason": reason, "turn_id": turn_id,
+                "keep_latest": keep_latest,
+                "older_than_s": None if older_than is None else older_than.total_seconds()})
+            ws.catalog.delete_checkpoints(ids, event=event)
+            ws.emit(event)
+        report = collect() if collect is not None else None
+        return PruneReport(ids, report.objects_removed if report else 0,
+                           report.bytes_freed if report else 0)
+
+    def gc(self, *, dry_run: bool, grace_seconds: float | None) -> GcReport:
+        ws = self._ws
+        with RootLock(os.path.join(ws.store_dir, "gc.lock"),
+                      timeout=max(ws.config.lock_timeout, 60.0), purpose="gc"):
+            grace = ws.config.gc_grace_seconds if grace_seconds is None else grace_seconds
+            # Targets of killed restores not yet completed are live, even if their record was
+            # pruned meanwhile, or completing them would fail for good.
+            journaled = self._journaled_intents()
+            roots = ws.catalog.tree_roots() + [intent.tree for intent in journaled]
+            from ckpt.objstore.gc import collect_garbage  # noqa: PLC0415 (lazy: see the module)
+
+            report = collect_garbage(ws.objects, roots, grace_seconds=grace,
+                                     now=time.time(), dry_run=dry_run)
+            if report.objects_removed and not dry_run:
+                self._bump_gc_generation()
+            if not dry_run:
+                swept = self._sweep_temporaries(time.time() - grace,
+                                                {intent.staging for intent in journaled})
+                report = dataclasses.replace(
+                    report, temporaries_removed=report.temporaries_removed + swept)
+            return report
+
+    def _sweep_temporaries(self, older_than: float, journaled: set[bytes]) -> int:
+        """Remove what a kill between writing and renaming left of the store's own small files
+        (stat caches, journals, the gc generation), and the staging directories that no
+        journal names (not in `journaled`: a kill after a restore closed its journal, on a
+        root that no call has used since: the next write call on a root removes its own).
+        Nobody writes them while gc holds its exclusive lock, so the age limit is only a
+        second guard."""
+        from ckpt.checkpoints.restore import remove_staging  # noqa: PLC0415 (lazy: see the module)
+
+        store = glob.escape(self._ws.store_dir)
+        swept = sum(remove_if_older(path, older_than)
+                    for path in (glob.glob(os.path.join(store, "roots", "*", "*.tmp-*"))
+                                 + glob.glob(os.path.join(store, "gc-generation.tmp-*"))))
+        for path in glob.glob(os.path.join(store, "roots", "*", STAGING_PREFIX + "*")):
+            staging = os.fsencode(path)
+            try:
+                if staging in journaled or os.stat(staging).st_mtime >= older_than:
+                    continue
+            except FileNotFoundError:
+                continue
+            remove_staging(staging)
+            swept += 1
+        return swept
+
+    def _journaled_intents(self) -> list[RestoreIntent]:
+        """The journals of killed restores (any root of this store) not yet completed. A
+        damaged journal raises: gc must not guess what is still needed."""
+        ws = self._ws
+        intents = [decode_intent(data, ws.catalog.path, root)
+                   for root, data in ws.catalog.restore_journals()]
+        for path in glob.glob(os.path.join(glob.escape(ws.store_dir), "roots", "*", "journal")):
+            intent = read_intent(path)
+            if intent is not None:
+                intents.append(intent)
+        return intents
+
+    def _bump_gc_generation(self) -> None:
+        path = os.path.join(self._ws.store_dir, "gc-generation")
+        temp = f"{path}.tmp-{os.urandom(4).hex()}"
+        with open(temp, "w", encoding="ascii") as out:
+            out.write(f"{self._ws.gc_generation() + 1}\n")
+        os.replace(temp, path)
+
+    def fsck(self, *, full: bool) -> CheckReport:
+        ws = self._ws
+        records = ws.catalog.history(session=None)
+        from ckpt.checkpoints.reports import CheckReport  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.objstore.fsck import check_store  # noqa: PLC0415 (lazy: see the module)
+
+        report = check_store(ws.objects, [r.tree for r in records], full=full)
+        damaged = tuple(r.id for r in records if r.tree in report.damaged_roots)
+        journals, caches = self._check_root_files()
+        return CheckReport(report, damaged, journals, caches)
+
+    def _check_root_files(self) -> tuple[tuple[Finding, ...], tuple[Finding, ...]]:
+        """Damaged restore journals (in the catalog, or an older ckpt's files) and stat caches
+        of every root of the store: (journals, caches). A stat cache is written without fsync
+        (a crash may tear it): damage there is a note."""
+        ws = self._ws
+        found: list[Finding] = []
+        caches: list[Finding] = []
+        row_hint = "delete its row from the catalog's restores table to abandon the restore"
+        file_hint = "delete it to abandon the interrupted restore"
+
+        def check(where: str, hint: str, read: Callable[[], object]) -> None:
+            try:
+                read()
+            except CatalogCorrupt as exc:
+                found.append((where, f"{exc.reason} ({hint})"))
+
+        rows = dict(ws.catalog.restore_journals())
+        # This root's journal (the catalog's, else its file) also gets the staging check that
+        # completing it would make.
+        if ws.root_key in rows:
+            check(ws.catalog.path, row_hint, self._pending_intent)
+        else:
+            check(ws.journal_path, file_hint, self._pending_intent)
+        for root, data in rows.items():
+            if root != ws.root_key:
+                check(ws.catalog.path, row_hint,
+                      partial(decode_intent, data, ws.catalog.path, root))
+        for root_dir in sorted(glob.glob(os.path.join(glob.escape(ws.store_dir), "roots", "*"))):
+            journal = os.path.join(root_dir, "journal")
+            if root_dir != ws.root_dir:
+                check(journal, file_hint, partial(read_intent, journal))
+            cache = os.path.join(root_dir, "statcache")
+            problem = check_stat_cache(cache)
+            if problem is not None:
+                caches.append((cache, f"{problem} (only a cache: the next checkpoint rebuilds it)"))
+        return tuple(found), tuple(caches)
+
+    def stats(self) -> StoreStats:
+        from ckpt.checkpoints.reports import StoreStats  # noqa: PLC0415 (lazy: see the module)
+
+        ws = self._ws
+        backend = ws.objects.backend
+        count = stored = 0
+        for oid in backend.iter_ids():
+            count += 1
+            stored += backend.stat(oid).size
+        records = ws.catalog.history(session=None)
+        return StoreStats(count, stored, sum(r.stats.bytes for r in records), len(records),
+                          ws.catalog.session_counts())

@@ -1,0 +1,362 @@
+"""Restore orchestration and journal recovery: the order of a restore's durable steps.
+
+    restore(target, options):                       # under a LockedRoot
+        current = scan the workspace (and save it as a pre-restore checkpoint unless told not)
+        plan = plan_restore(current, target)        # pure; a dry run stops here
+        journal the intent (with the pre-restore record: one transaction), unless nothing to do
+        stage the files to write, then apply the plan (restore.py)
+        defer: teach the stat cache what was written; free what the apply replaced
+        drop later checkpoints if asked; close the journal (with the event: one transaction)
+        raise RestoreIncomplete if some paths were left as they were
+
+    complete_interrupted():                         # every write call, first thing
+        remove staging directories no journal names
+        if a journal is left: re-plan from a fresh scan against its target and apply again
+
+Completing is idempotent: whatever a killed restore applied, the next call ends with exactly
+its target. Applying a plan is `restore.py`'s (the only module that mutates the working tree);
+planning is `plan.py`'s; the journal's encoding is `journal.py`'s. This module imports the
+restore side (plan, restore, reports) only where it is used, so a snapshot does not build it.
+It never prints and changes no process-global state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
+
+from ckpt.checkpoints.errors import (
+    CatalogCorrupt,
+    CheckpointError,
+    NothingMatched,
+    RestoreIncomplete,
+    UnknownCheckpoint,
+)
+from ckpt.checkpoints.journal import (
+    RestoreIntent,
+    clear_intent,
+    decode_intent,
+    encode_intent,
+    read_intent,
+)
+from ckpt.checkpoints.model import CheckpointRecord, Event
+from ckpt.checkpoints.paths import RelPath
+from ckpt.checkpoints.scan import ProgressFn, record_restore
+from ckpt.checkpoints.statcache import StatCache, leaf_counts
+from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace, ms
+from ckpt.checkpoints.writing import LockedRoot, naming
+from ckpt.objstore import EntryKind, ObjectId
+from ckpt.objstore.errors import ObjstoreError
+
+if TYPE_CHECKING:
+    from ckpt.checkpoints.plan import RestorePlan
+    from ckpt.checkpoints.reports import RestoreReport
+    from ckpt.checkpoints.restore import ApplyReport
+
+logger = logging.getLogger("ckpt.checkpoints.restore")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RestoreOptions:
+    """How `Checkpoints.restore` behaves; the default is a full, undoable, recorded restore.
+
+    `paths` limits the restore to those paths (relative to the root, or absolute inside it);
+    empty means the checkpoint's whole scope. A list is accepted and kept as a tuple.
+    """
+
+    save: bool = True  # save the current state first as a "pre-restore" checkpoint (the undo)
+    record_event: bool = True  # record and emit a checkpoint:restore event
+    discard_later: bool = False  # drop the session's checkpoints newer than the target (no redo)
+    dry_run: bool = False  # plan only: the report says what would change; nothing is written
+    paths: Sequence[str | bytes] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.paths, tuple):
+            object.__setattr__(self, "paths", tuple(self.paths))
+
+
+class Restorer:
+    """Restores of one `Workspace`, and the completion of the one a kill interrupted."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self._ws = workspace
+
+    # -- a restore -----------------------------------------------------------------------
+
+    def resolve(self, ref: str, options: RestoreOptions) -> tuple[CheckpointRecord, tuple[RelPath, ...] | None]:
+        """The target and the paths to restore (None: its whole scope), checked before any
+        lock is taken: a path that names nothing in the target or the workspace is refused."""
+        ws = self._ws
+        target = ws.catalog.resolve(ref)
+        if not options.paths:
+            return target, None
+        only = tuple(ws.user_rel(p, None) for p in options.paths)
+        if not any(ws.lookup(target.tree, p) is not None or os.path.lexists(ws.root_b + b"/" + p)
+                   for p in only):
+            shown = ", ".join(map(os.fsdecode, only))
+            raise NothingMatched(f"--path {shown} matches nothing in {target.id} or the workspace")
+        return target, only
+
+    def restore(self, locked: LockedRoot, target: CheckpointRecord, only: tuple[RelPath, ...] | None,
+                options: RestoreOptions, progress: ProgressFn | None, started: float) -> RestoreReport:
+        ws = self._ws
+        covered = target.paths if target.scope == "paths" else None
+        pre: CheckpointRecord | None = None
+        if options.save and not options.dry_run:
+            pre, pre_event = ws.scan_record(
+                locked, covered, progress,
+                label=f"before restore to {target.id}", reason="pre-restore", turn_id=None,
+                message_id=None, tool_call_id=None, summary=None, metadata={})
+            current = pre.tree
+        else:
+            current = ws.scan(locked, covered, progress).tree
+        intent = RestoreIntent(
+            checkpoint=target.id, tree=target.tree, scope=target.scope,
+            covered=target.paths, absent_parents=target.absent_parents,
+            keep=tuple(s.path for s in target.skipped), only=only,
+            pre_restore=pre.id if pre else None, record_event=options.record_event,
+            discard_later=options.discard_later, staging=self._staging_dir(),
+        )
+        plan = self._plan(locked, intent, current)
+        if options.dry_run:
+            return _dry_run_report(target, plan, started)
+        # Nothing to write needs no journal. The journal and the pre-restore save go in one
+        # transaction (one fsync), before anything is staged or applied; the cap must not
+        # evict the very checkpoint being restored to.
+        journal = None if plan.is_empty else encode_intent(intent)
+        if pre is not None:
+            ws.catalog.add_checkpoint(pre, event=pre_event, journal=journal)
+            try:
+                ws.after_commit(pre_event, spare=(target.id,))
+            except BaseException:  # a listener or the cap failed: the restore is not made
+                if journal is not None:
+                    ws.catalog.end_restore(ws.root_key)
+                raise
+        elif journal is not None:
+            ws.catalog.journal_restore(ws.root_key, journal)
+        if journal is not None:
+            logger.debug("journal opened for %s (pre-restore %s)", target.id, intent.pre_restore)
+        return self._execute(locked, intent, target, plan, started, progress)
+
+    def _plan(self, locked: LockedRoot, intent: RestoreIntent, current: ObjectId) -> RestorePlan:
+        """Plan from `current`, the state the scan just saw (and wrote to the stat cache); the
+        leaf counts of that scan's directories let an equal subtree count as unchanged without
+        loading it."""
+        from ckpt.checkpoints.plan import plan_restore  # noqa: PLC0415 (lazy: see the module)
+
+        ws = self._ws
+        plan = plan_restore(ws.objects.get_tree, current, intent.tree, scope=intent.scope,
+                            covered=intent.covered, absent_parents=intent.absent_parents,
+                            keep=intent.keep, only=intent.only, reserved=ws.store_rel(),
+                            count_leaves=leaf_counts(ws.current_cache(locked)).get)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("plan to %s: %d writes (%d bytes), %d chmods, %d mkdirs, %d removals, "
+                         "%d unchanged", intent.checkpoint, len(plan.writes), plan.bytes_to_write,
+                         len(plan.chmods), len(plan.mkdirs),
+                         len(plan.removals) + len(plan.pre_removals), plan.unchanged)
+        return plan
+
+    def _staging_dir(self) -> bytes:
+        # Staged files are renamed (or swapped) into place, and what they replace or what is
+        # removed is linked here: all on the root's filesystem.
+        ws = self._ws
+        token = os.urandom(6).hex()
+        if os.stat(ws.root_dir).st_dev == os.stat(ws.root).st_dev:
+            return os.fsencode(os.path.join(ws.root_dir, STAGING_PREFIX + token))
+        return ws.root_b + b"/.ckpt-staging-" + token.encode()
+
+    def _execute(self, locked: LockedRoot, intent: RestoreIntent, target: CheckpointRecord,
+                 plan: RestorePlan, started: float, progress: ProgressFn | None, *,
+                 resuming: bool = False) -> RestoreReport:
+        from ckpt.checkpoints.restore import ApplyReport, describe_conflicts  # noqa: PLC0415 (lazy: see the module)
+
+        ws = self._ws
+        if plan.is_empty and not resuming:
+            applied = ApplyReport()  # nothing to write, so nothing to journal or stage
+        else:
+            applied = self._apply_journaled(locked, intent, plan, progress, resuming=resuming)
+        discarded: tuple[str, ...] = ()
+        if intent.discard_later:
+            later = [r.id for r in ws.catalog.later_than(target) if r.id != intent.pre_restore]
+            if later:
+                ws.drop(later, reason="discard-later")
+            discarded = tuple(later)
+        report = _report(target, plan, applied, intent.pre_restore, discarded, started)
+        event = _restore_event(ws, report) if intent.record_event else None
+        ws.catalog.end_restore(ws.root_key, event=event)
+        logger.debug("journal closed, restore to %s done: %d written, %d deleted, %d conflicts, %d discarded",
+                     target.id, report.written, report.deleted, len(report.conflicts),
+                     len(discarded))
+        if event is not None:
+            ws.emit(event)
+        if applied.conflicts:
+            if logger.isEnabledFor(logging.DEBUG):
+                for path, why in applied.conflicts:
+                    logger.debug("conflict, left as it is: %s (%s)", os.fsdecode(path), why)
+            error = RestoreIncomplete(target.id, describe_conflicts(applied.conflicts))
+            error.report = report  # type: ignore[attr-defined]
+            raise error
+        return report
+
+    def _apply_journaled(self, locked: LockedRoot, intent: RestoreIntent, plan: RestorePlan,
+                         progress: ProgressFn | None, *, resuming: bool) -> ApplyReport:
+        """Stage and apply `plan`; the caller has journaled `intent`."""
+        from ckpt.checkpoints.restore import (  # noqa: PLC0415 (lazy: see the module)
+            apply_plan,
+            remove_staging,
+            remove_staging_soon,
+            stage_files,
+        )
+
+        ws = self._ws
+        try:
+            with naming(intent.staging):
+                staged = stage_files(plan, ws.objects, intent.staging)
+        except BaseException as exc:  # noqa: BLE001 (raised again)
+            self._abandon_staging_failure(exc, resuming=resuming)
+            raise
+        logger.debug("staged %d files in %s", len(plan.writes), os.fsdecode(intent.staging))
+        try:
+            applied = apply_plan(ws.root_b, plan, staged, staging=intent.staging,
+                                 progress=progress)
+        except BaseException:
+            remove_staging(intent.staging)
+            raise
+        # The cache learns what was written while what the apply replaced is freed; a bulky
+        # restore does both now, before its journal is closed, so a failure leaves the journal.
+        locked.note_files(len(applied.written_files) + len(applied.removed_paths))
+        locked.defer(partial(self._update_cache, applied, intent.tree, ws.current_cache(locked)),
+                     remove_staging_soon(intent.staging))
+        return applied
+
+    def _update_cache(self, applied: ApplyReport, target: ObjectId, cache: StatCache) -> None:
+        """Teach `cache` what was written, so the next snapshot does not read it, and which
+        directories now hold `target`'s trees, so that it does not rebuild them; save it."""
+        if not applied.written_files and not applied.removed_paths:
+            return
+        ws = self._ws
+        record_restore(cache, ws.objects.get_tree, target,
+                       [(w.path, int(w.kind), w.stat, w.ref) for w in applied.written_files],
+                       applied.removed_paths, applied.dir_stats, time.time_ns())
+        ws.save_cache(cache)
+
+    def _abandon_staging_failure(self, exc: BaseException, *, resuming: bool) -> None:
+        """Staging failed, so nothing of this attempt was applied. A new restore is forgotten
+        (the tree is untouched). One being completed left the tree half restored: its journal
+        stays through a full disk, an IO error or Ctrl-C, so the next command finishes it once
+        the cause is gone; only a store that cannot give the content (retrying could never
+        succeed) ends it, rather than jam every command."""
+        if not resuming or isinstance(exc, (ObjstoreError, CheckpointError)):
+            self._ws.catalog.end_restore(self._ws.root_key)
+            logger.debug("staging failed (%s): journal closed", type(exc).__name__)
+        else:
+            logger.debug("staging failed (%s): journal kept for the next call", type(exc).__name__)
+
+    # -- completing a killed restore -----------------------------------------------------
+
+    def pending_intent(self) -> RestoreIntent | None:
+        """The journal of a killed restore of this root, its staging path checked: completing
+        deletes that directory, so a damaged or crafted journal must not name anything else
+        than what `_staging_dir` makes (CatalogCorrupt naming the journal)."""
+        ws = self._ws
+        data = ws.catalog.restore_journal(ws.root_key)
+        where = ws.catalog.path if data is not None else ws.journal_path
+        intent = (decode_intent(data, where, ws.root_key) if data is not None
+                  else read_intent(where))
+        if intent is None:
+            return None
+        parent, _, name = intent.staging.rpartition(b"/")
+        token = name.rpartition(b"-")[2]
+        ours = (parent == os.fsencode(ws.root_dir)
+                and name == os.fsencode(STAGING_PREFIX) + token) or (
+            parent == ws.root_b and name == b".ckpt-staging-" + token)
+        if not (ours and len(token) == 12 and all(c in b"0123456789abcdef" for c in token)):
+            raise CatalogCorrupt(where, f"restore journal of {ws.root} names a staging "
+                                 f"directory ckpt does not make: {os.fsdecode(intent.staging)}")
+        return intent
+
+    def complete_interrupted(self, locked: LockedRoot) -> RestoreReport | None:
+        """Finish a killed restore of this root, if any, its bookkeeping included: the call
+        that follows reads the stat cache it saves."""
+        intent = self.pending_intent()
+        self._remove_leftover_staging()
+        if intent is None:
+            return None
+        logger.debug("completing the interrupted restore to %s", intent.checkpoint)
+        report = self._resume(locked, intent)
+        locked.run_now()
+        return report
+
+    def _remove_leftover_staging(self) -> None:
+        """Remove staging directories that no journal names: a restore's journal is closed
+        before what it replaced is freed (its bookkeeping), so a kill in between, or a disk
+        error while freeing, leaves one. The root lock is held: no restore of this root is
+        running. (One in the workspace, for a store on another file system, is left.)"""
+        try:
+            names = [n for n in os.listdir(self._ws.root_dir) if n.startswith(STAGING_PREFIX)]
+        except OSError:
+            return
+        if names:
+            from ckpt.checkpoints.restore import remove_staging  # noqa: PLC0415 (lazy: see the module)
+
+            logger.debug("removing %d leftover staging directories", len(names))
+            for name in names:
+                remove_staging(os.fsencode(os.path.join(self._ws.root_dir, name)))
+
+    def _resume(self, locked: LockedRoot, intent: RestoreIntent) -> RestoreReport | None:
+        ws = self._ws
+        if os.path.lexists(ws.journal_path):  # an older ckpt's journal file: carried over
+            ws.catalog.journal_restore(ws.root_key, encode_intent(intent))
+            clear_intent(ws.journal_path)
+        from ckpt.checkpoints.restore import remove_staging  # noqa: PLC0415 (lazy: see the module)
+
+        remove_staging(intent.staging)  # (in the workspace, for a store on another file system)
+        try:
+            target = ws.catalog.resolve(intent.checkpoint)
+        except UnknownCheckpoint:
+            target = None
+        covered = intent.covered if intent.scope == "paths" else None
+        plan = self._plan(locked, intent, ws.scan(locked, covered, None).tree)
+        if target is None:  # pruned meanwhile: finish the tree, skip the bookkeeping
+            self._apply_journaled(locked, intent, plan, None, resuming=True)
+            ws.catalog.end_restore(ws.root_key)
+            logger.debug("target %s was pruned: tree finished, journal closed", intent.checkpoint)
+            return None
+        return self._execute(locked, intent, target, plan, time.monotonic(), None, resuming=True)
+
+
+def _restore_event(ws: Workspace, report: RestoreReport) -> Event:
+    return Event("checkpoint:restore", ws.clock(), ws.session, {
+        "id": report.id, "written": report.written, "deleted": report.deleted,
+        "dirs_created": report.dirs_created, "dirs_removed": report.dirs_removed,
+        "unchanged": report.unchanged, "bytes_written": report.bytes_written,
+        "pre_restore": report.pre_restore, "discarded": list(report.discarded),
+        "duration_ms": report.duration_ms, "conflicts": len(report.conflicts),
+    })
+
+
+def _dry_run_report(target: CheckpointRecord, plan: RestorePlan, started: float) -> RestoreReport:
+    """What the plan would do, counted as a restore that applied it would report."""
+    from ckpt.checkpoints.reports import RestoreReport
+
+    removals = plan.removals + plan.pre_removals
+    dirs_removed = sum(1 for r in removals if r.kind is EntryKind.TREE)
+    return RestoreReport(target.id, len(plan.writes) + len(plan.chmods),
+                         len(removals) - dirs_removed, len(plan.mkdirs), dirs_removed,
+                         plan.unchanged, plan.bytes_to_write, None, (), True, plan,
+                         duration_ms=ms(time.monotonic() - started))
+
+
+def _report(target: CheckpointRecord, plan: RestorePlan, applied: ApplyReport, pre: str | None,
+            discarded: tuple[str, ...], started: float) -> RestoreReport:
+    from ckpt.checkpoints.reports import RestoreReport
+
+    return RestoreReport(target.id, applied.written + applied.chmods, applied.deleted,
+                         applied.dirs_created, applied.dirs_removed, plan.unchanged,
+                         applied.bytes_written, pre, discarded, False, plan,
+                         tuple(applied.conflicts), ms(time.monotonic() - started))

@@ -1,0 +1,254 @@
+"""`Workspace`: one root in one store for one session, and the steps every write call shares.
+
+It holds what the facade (`service.Checkpoints`), restoring and maintenance all use: the object
+store, the catalog, the configuration, the clock and randomness, the event listeners, where
+this root's files live in the store (`roots/<key>/`: stat cache, lock, staging directories),
+and the snapshot steps (scan under a `LockedRoot`, make the record, commit it and apply the
+retention cap). It takes no lock itself: its callers hold a `LockedRoot` where one is needed.
+It never prints, never exits and changes no process-global state.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ckpt.checkpoints.catalog import Catalog
+from ckpt.checkpoints.config import StoreConfig
+from ckpt.checkpoints.errors import UnsafePath
+from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, new_checkpoint_id
+from ckpt.checkpoints.paths import RelPath, parse_relpath, user_path_to_rel
+from ckpt.checkpoints.retention import select_over_cap
+from ckpt.checkpoints.scan import ProgressFn, ScanOptions, ScanResult, scan_paths, scan_workspace
+from ckpt.checkpoints.statcache import StatCache, read_stat_cache, write_stat_cache
+from ckpt.checkpoints.writing import LockedRoot, naming
+from ckpt.objstore import EntryKind, ObjectId, ObjectStore, TreeEntry, hash_bytes
+
+if TYPE_CHECKING:
+    from ckpt.checkpoints.ignore import IgnoreRules
+
+Clock = Callable[[], datetime]
+Listener = Callable[[Event], None]
+# roots/<key>/staging-<12 hex digits>: a restore's staging directory on the store's side.
+STAGING_PREFIX = "staging-"
+
+
+def ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+class Workspace:
+    """The state a `Checkpoints` composes, and the snapshot steps (see the module)."""
+
+    def __init__(self, root: str, store_dir: str, session: str, config: StoreConfig,
+                 objects: ObjectStore, catalog: Catalog, *, clock: Clock,
+                 rng: random.Random) -> None:
+        self.root = root
+        self.store_dir = store_dir
+        self.session = session
+        self.config = config
+        self.objects = objects
+        self.catalog = catalog
+        self.clock = clock
+        self.rng = rng
+        self.listeners: dict[str, list[Listener]] = {}
+        self.root_b = os.fsencode(root)
+        self.root_dir = os.path.join(store_dir, "roots", hash_bytes(self.root_b).hex()[:16])
+        os.makedirs(self.root_dir, exist_ok=True)
+
+    # -- where things are ----------------------------------------------------------------
+
+    @property
+    def cache_path(self) -> str:
+        return os.path.join(self.root_dir, "statcache")
+
+    @property
+    def journal_path(self) -> str:
+        """Where ckpt before catalog schema 2 journaled this root's restores (journal.py)."""
+        return os.path.join(self.root_dir, "journal")
+
+    @property
+    def root_key(self) -> bytes:
+        """This root in the catalog's restore journals (as in its records)."""
+        return self.root_b
+
+    def lock_root(self, purpose: str) -> LockedRoot:
+        """The locks of a write call on this root (taken by entering the result)."""
+        return LockedRoot(os.path.join(self.store_dir, "gc.lock"),
+                          os.path.join(self.root_dir, "lock"),
+                          timeout=self.config.lock_timeout, purpose=purpose,
+                          save_cache=self.save_cache)
+
+    def restore_left_over(self) -> bool:
+        """Whether a killed restore of this root left a journal or a staging directory: the
+        cheap test every write call makes before it asks restoring.py to complete one."""
+        if (self.catalog.restore_journal(self.root_key) is not None
+                or os.path.lexists(self.journal_path)):
+            return True
+        try:
+            return any(name.startswith(STAGING_PREFIX) for name in os.listdir(self.root_dir))
+        except OSError:
+            return False
+
+    def gc_generation(self) -> int:
+        try:
+            with open(os.path.join(self.store_dir, "gc-generation"), "rb") as stream:
+                return int(stream.read().strip() or b"0")
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def store_rel(self) -> list[RelPath]:
+        rel = os.path.relpath(self.store_dir, self.root)
+        if rel == "." or rel.startswith(".."):
+            return []
+        return [parse_relpath(rel)]
+
+    def rel(self, path: str | bytes) -> RelPath:
+        text = os.fsdecode(path)
+        if os.path.isabs(text):
+            return user_path_to_rel(self.root, text)
+        return parse_relpath(os.path.normpath(text)) if text not in (".", "") else parse_relpath(text)
+
+    def user_rel(self, path: str | bytes, cwd: str | None) -> RelPath:
+        rel = user_path_to_rel(self.root, os.fsdecode(path), cwd)
+        if rel in self.store_rel() or any(rel.startswith(s + b"/") for s in self.store_rel()):
+            raise UnsafePath(rel, "names the store")
+        if b".git" in rel.split(b"/"):  # excluded from every snapshot, so never tracked either
+            raise UnsafePath(rel, "lies in a .git directory")
+        return rel
+
+    def lookup(self, tree_id: ObjectId, rel: RelPath) -> TreeEntry | None:
+        """The entry at `rel` in a checkpoint's tree (tombstones count as absent)."""
+        tree = self.objects.get_tree(tree_id)
+        parts = rel.split(b"/")
+        for index, part in enumerate(parts):
+            entry = tree.find(part)
+            if entry is None or entry.kind is EntryKind.TOMBSTONE:
+                return None
+            if index == len(parts) - 1:
+                return entry
+            if entry.kind is not EntryKind.TREE or entry.oid is None:
+                return None
+            tree = self.objects.get_tree(entry.oid)
+        return None
+
+    # -- events and the timeline ---------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        for callback in [*self.listeners.get(event.type, []), *self.listeners.get("*", [])]:
+            callback(event)
+
+    def history(self) -> list[CheckpointRecord]:
+        """This session's timeline on this root (a store may be shared by several roots)."""
+        return self.catalog.history(session=self.session, root=self.root)
+
+    def drop(self, ids: Sequence[str], *, reason: str) -> None:
+        event = Event("checkpoint:prune", self.clock(), self.session,
+                      {"removed": list(ids), "reason": reason})
+        self.catalog.delete_checkpoints(ids, event=event)
+        self.emit(event)
+
+    def after_commit(self, event: Event, *, spare: Sequence[str] = ()) -> None:
+        """Tell the listeners, then apply the retention cap (never to the ids in `spare`)."""
+        self.emit(event)
+        if self.config.retention_cap:
+            over = select_over_cap(self.history(), self.config.retention_cap, spare=spare)
+            if over:
+                self.drop([r.id for r in over], reason="retention-cap")
+
+    # -- snapshots -----------------------------------------------------------------------
+
+    def _rules(self, translations: tuple[str, Mapping[str, Any]] | None) -> IgnoreRules:
+        from ckpt.checkpoints.ignore import IgnoreRules, reuse_translations  # noqa: PLC0415 (lazy: pathspec)
+
+        if translations is not None:  # saved by an earlier scan: spares importing pathspec
+            reuse_translations(*translations)
+        return IgnoreRules.load(self.root_b, use_gitignore=self.config.use_gitignore,
+                                extra_patterns=self.config.extra_ignore, excluded=self.store_rel())
+
+    def scan(self, locked: LockedRoot, covered: Sequence[RelPath] | None,
+             progress: ProgressFn | None) -> ScanResult:
+        """Scan, its objects durable; the stat cache it made goes to `locked.scanned_cache` (a
+        restore that follows under the same locks plans and updates from it) and is saved with
+        the call's bookkeeping."""
+        cache = read_stat_cache(self.cache_path, gc_generation=self.gc_generation())
+        options = ScanOptions(max_file_size=self.config.max_file_size,
+                              threads=self.config.effective_threads(),
+                              ignore_settings=repr((self.config.use_gitignore,
+                                                    tuple(self.config.extra_ignore),
+                                                    tuple(self.store_rel()))))
+        start_ns = time.time_ns()
+        loaded: list[IgnoreRules] = []
+
+        def rules() -> IgnoreRules:  # loaded by the scan only where a name must be decided
+            loaded.append(self._rules(cache.ignore_translations))
+            return loaded[-1]
+
+        with naming(os.path.join(self.store_dir, "objects")):
+            if covered is None:
+                result, new_cache = scan_workspace(self.root_b, self.objects, rules, cache,
+                                                   options=options, scan_start_ns=start_ns, progress=progress)
+            else:
+                result, new_cache = scan_paths(self.root_b, covered, self.objects, rules, cache,
+                                               options=options, scan_start_ns=start_ns, progress=progress)
+            self.objects.sync()
+        new_cache.ignore_translations = cache.ignore_translations
+        if loaded:
+            from ckpt.checkpoints.ignore import known_translations  # noqa: PLC0415 (lazy: pathspec)
+
+            new_cache.ignore_translations = known_translations()
+            if new_cache.ignore_translations != cache.ignore_translations:
+                new_cache.dirty = True
+        locked.scanned_cache = new_cache
+        locked.note_files(result.hashed)
+        return result
+
+    def save_cache(self, cache: StatCache) -> None:
+        with naming(self.cache_path):
+            write_stat_cache(self.cache_path, cache)
+        cache.dirty = False  # saved: saving it again would change nothing
+
+    def current_cache(self, locked: LockedRoot) -> StatCache:
+        """The stat cache as this call's scan left it, else as saved."""
+        if locked.scanned_cache is not None:
+            return locked.scanned_cache
+        return read_stat_cache(self.cache_path, gc_generation=self.gc_generation())
+
+    def scan_record(self, locked: LockedRoot, covered: Sequence[RelPath] | None,
+                    progress: ProgressFn | None, **fields: Any) -> tuple[CheckpointRecord, Event]:
+        """Scan, and make the record of what was seen (its objects durable), not committed."""
+        started = time.monotonic()
+        created_at = self.clock()
+        result = self.scan(locked, covered, progress)
+        parent = self.catalog.latest(session=self.session, root=self.root)
+        duration = ms(time.monotonic() - started)
+        record = CheckpointRecord(
+            id=new_checkpoint_id(int(created_at.timestamp() * 1000), self.rng),
+            session=self.session, scope="tree" if covered is None else "paths",
+            parent=parent.id if parent else None, tree=result.tree, created_at=created_at,
+            stats=CheckpointStats(result.files, result.bytes, result.new_objects, result.new_bytes,
+                                  len(result.skipped), duration, result.hashed),
+            root=self.root, skipped=result.skipped, paths=tuple(covered or ()),
+            absent_parents=result.absent_parents, **fields,
+        )
+        event = Event("checkpoint:create", created_at, self.session, {
+            "id": record.id, "label": record.label, "reason": record.reason,
+            "turn_id": record.turn_id, "duration_ms": duration, "files": result.files,
+            "hashed": result.hashed, "new_objects": result.new_objects,
+            "new_bytes": result.new_bytes,
+            "skipped": [{"path": os.fsdecode(s.path), "reason": s.reason} for s in result.skipped],
+        })
+        return record, event
+
+    def snapshot(self, locked: LockedRoot, covered: Sequence[RelPath] | None,
+                 progress: ProgressFn | None, **fields: Any) -> CheckpointRecord:
+        """Scan, commit the record, tell the listeners, apply the retention cap."""
+        record, event = self.scan_record(locked, covered, progress, **fields)
+        locked.catch_up()  # a bulky scan's cache is saved before the commit
+        self.catalog.add_checkpoint(record, event=event)
+        self.after_commit(event)
+        return record
