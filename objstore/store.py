@@ -17,6 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol
 
 from ckpt.objstore import codec
+from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.backend import Backend, FsyncPolicy
 from ckpt.objstore.errors import (
     ContentChanged,
@@ -112,12 +113,10 @@ class ObjectStore:
         if not os.path.exists(format_path):
             if options.layout == "packed":  # before the format file: a crash leaves no store
                 os.makedirs(os.path.join(path, "objects", PACKS_DIR), exist_ok=True)
-            temp = f"{format_path}.tmp-{os.getpid()}"
-            with open(temp, "w", encoding="ascii") as out:
-                out.write(f"{_FORMAT_TAG} {FORMAT_VERSION}\n")
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temp, format_path)
+            # The name is not fsynced: a crash that loses it leaves no store, and init again
+            # makes one.
+            write_atomically(format_path, f"{_FORMAT_TAG} {FORMAT_VERSION}\n".encode("ascii"),
+                             fsync_file=True, fsync_dir=False, mode=0o666)
         return cls.open(path, options)
 
     @classmethod
@@ -200,7 +199,7 @@ class ObjectStore:
         path on a pool thread, in line with the batches (here, without a pool or when taken
         back), never whole in memory.
         """
-        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 (see the imports)
+        from concurrent.futures import ThreadPoolExecutor
 
         level = self.options.compression_level
         # A pool thread per CPU but one, which this thread keeps busy reading and hashing, and
