@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol
 
 from ckpt.objstore import codec
 from ckpt.objstore.atomicfile import write_atomically
-from ckpt.objstore.backend import Backend, FsyncPolicy
+from ckpt.objstore.backend import Backend, BulkBackend, FsyncPolicy, LocatedBackend
 from ckpt.objstore.errors import (
     ContentChanged,
     CorruptObject,
@@ -100,8 +100,9 @@ class ObjectStore:
         self.backend = backend
         self.options = options
         self._trees: OrderedDict[ObjectId, Tree] = OrderedDict()
-        # Stores an object `refresh` just found absent; backends without the shortcut `put`.
-        self._put_absent = getattr(backend, "put_absent", backend.put)
+        # Stores objects `refresh` just found absent; backends without the shortcut `put`.
+        self._bulk: BulkBackend | None = backend if isinstance(backend, BulkBackend) else None
+        self._put_absent = backend.put if self._bulk is None else self._bulk.put_absent
 
     # -- opening -----------------------------------------------------------------------
 
@@ -334,9 +335,8 @@ class ObjectStore:
             (oid, envelope(data, frames[index] if index >= 0 else None))
             for oid, data, _, _, index in batch.items
         ]
-        put_many = getattr(self.backend, "put_absent_many", None)
-        if put_many is not None:
-            written = put_many(objects)
+        if self._bulk is not None:
+            written = self._bulk.put_absent_many(objects)
         else:
             put = self._put_absent
             written = [put(oid, stored) for oid, stored in objects]
@@ -397,9 +397,9 @@ class ObjectStore:
     def _write_failed(self, error: OSError) -> StoreWriteError:
         """`error` as the store's failure; one that names no path (a write to an open
         descriptor) is made to name the store's objects, so that its message says where."""
-        where = getattr(self.backend, "path", None)
-        if error.filename is None and where is not None and error.errno is not None:
-            error = OSError(error.errno, error.strerror, where)
+        if (error.filename is None and error.errno is not None
+                and isinstance(self.backend, LocatedBackend)):
+            error = OSError(error.errno, error.strerror, self.backend.path)
         return StoreWriteError(error)
 
     def get_bytes(self, oid: ObjectId) -> bytes:

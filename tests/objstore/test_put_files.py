@@ -23,6 +23,10 @@ from ckpt.objstore import (
     hash_bytes,
 )
 from ckpt.objstore import store as store_module
+from ckpt.objstore.backend import BulkBackend
+from ckpt.objstore.ids import ObjectId
+from ckpt.objstore.memory import MemoryBackend
+from ckpt.objstore.objects import Tree
 from ckpt.objstore.pack import PackedBackend
 
 Content = Callable[[str, int, int], bytes]
@@ -411,3 +415,38 @@ def test_put_absent_many_across_pack_seals_matches_one_at_a_time(tmp_path: Path)
     for oid, stored in objects:
         assert reopened.get(oid) == stored
     reopened.close()
+
+
+class _RecordingBulk(MemoryBackend):
+    """A `BulkBackend` that records which put each object took."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def put(self, oid: ObjectId, stored: bytes) -> bool:
+        self.calls.append("put")
+        return super().put(oid, stored)
+
+    def put_absent(self, oid: ObjectId, stored: bytes) -> bool:
+        self.calls.append("put_absent")
+        return super().put(oid, stored)
+
+    def put_absent_many(self, objects: Sequence[tuple[ObjectId, bytes]]) -> list[bool]:
+        self.calls.append(f"put_absent_many:{len(objects)}")
+        return [super(_RecordingBulk, self).put(oid, stored) for oid, stored in objects]
+
+
+def test_store_writes_through_the_bulk_capability_when_the_backend_declares_it(
+    tmp_path: Path,
+) -> None:
+    backend = _RecordingBulk()
+    assert isinstance(backend, BulkBackend)
+    store = ObjectStore(backend, StoreOptions(compression_level=1))
+    paths = [write(tmp_path / f"f{n}", b"file %d " % n * 50) for n in range(5)]
+    assert all(isinstance(r, PutResult) and r.is_new for r in store.put_files(paths))
+    assert backend.calls == ["put_absent_many:5"]
+    backend.calls.clear()
+    store.put_bytes(b"one more")  # put_bytes has always taken plain put
+    store.store_tree(Tree(()))
+    assert backend.calls == ["put", "put_absent"]
