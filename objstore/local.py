@@ -46,7 +46,7 @@ def _fsync_all(paths: list[str]) -> None:
         for path in paths:
             _fsync_path(path)
         return
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415  (only syncs need it)
 
     with ThreadPoolExecutor(min(8, len(paths)), thread_name_prefix="objstore-fsync") as pool:
         for _ in pool.map(_fsync_path, paths):

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt.objstore import atomicfile
 from ckpt.objstore.atomicfile import write_atomically
 
 
@@ -44,7 +43,7 @@ def test_write_sets_the_mode_and_names_its_temp_file_with_the_prefix(
         seen.extend(_names(tmp_path))
         real_replace(src, dst)
 
-    monkeypatch.setattr(atomicfile.os, "replace", replace)
+    monkeypatch.setattr(os, "replace", replace)
     old_umask = os.umask(0o022)
     try:
         write_atomically(str(tmp_path / "obj"), b"x", fsync_file=False, fsync_dir=False,
@@ -63,7 +62,7 @@ def test_fsyncs_only_what_the_caller_asks(tmp_path: Path, monkeypatch: pytest.Mo
         synced.append(stat.S_ISDIR(os.fstat(fd).st_mode))
         real_fsync(fd)
 
-    monkeypatch.setattr(atomicfile.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)
     for fsync_file in (False, True):
         for fsync_dir in (False, True):
             synced.clear()
@@ -95,7 +94,7 @@ def test_a_failed_fsync_leaves_the_old_content_and_no_temp_file(
     def fsync(fd: int) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(atomicfile.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)
     with pytest.raises(OSError):
         write_atomically(str(target), b"new", fsync_file=True, fsync_dir=False)
     assert target.read_bytes() == b"old"

@@ -22,7 +22,7 @@ from ckpt.objstore import (
     codec,
     hash_bytes,
 )
-from ckpt.objstore import store as store_module
+from ckpt.objstore import putfiles as putfiles_module
 from ckpt.objstore.backend import BulkBackend
 from ckpt.objstore.ids import ObjectId
 from ckpt.objstore.memory import MemoryBackend
@@ -73,10 +73,10 @@ def make_files(tmp_path: Path, content: Content) -> tuple[list[bytes], dict[byte
 def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """put_files reading through the native reader, then through its Python fallback."""
     if request.param == "native":
-        if store_module._native_read_files is None:  # type: ignore[attr-defined]
+        if putfiles_module._native_read_files is None:
             pytest.skip("objstore._readfiles is not built")
     else:
-        monkeypatch.setattr(store_module, "_native_read_files", None)
+        monkeypatch.setattr(putfiles_module, "_native_read_files", None)
     return str(request.param)
 
 
@@ -164,7 +164,7 @@ def test_put_files_many_batches_stay_in_order_and_in_packs(
 ) -> None:
     files = tmp_path / "many"
     files.mkdir()
-    count = store_module._BATCH_ITEMS * 3 + 7  # several batches, several in flight
+    count = putfiles_module._BATCH_ITEMS * 3 + 7  # several batches, several in flight
     blobs = [content("text", 200 + i * 7, i) + i.to_bytes(4, "little") for i in range(count)]
     blobs += [content("random", 700_000, 99)] * 5  # batches closed by size, duplicates across
     paths = [write(files / f"f{i}", blob) for i, blob in enumerate(blobs)]
@@ -204,7 +204,7 @@ def test_put_files_compresses_here_what_a_stalled_pool_has_not_started(
     # The pool's one thread is held on its first batch until the calling thread, finding the
     # pool behind, compresses a queued batch itself; whichever thread compressed each batch,
     # the results and the stored objects keep the input order.
-    paths, blobs = _numbered_files(tmp_path, content, store_module._BATCH_ITEMS * 8 + 3)
+    paths, blobs = _numbered_files(tmp_path, content, putfiles_module._BATCH_ITEMS * 8 + 3)
     caller = threading.get_ident()
     helped = threading.Event()
     by_caller: list[int] = []
@@ -279,7 +279,7 @@ def test_a_large_file_never_streamed_has_its_descriptor_closed(tmp_path: Path) -
     with ThreadPoolExecutor(1) as pool:
         pool.submit(release.wait, 60)  # the only thread is busy: the next call waits
         fd = os.open(path, os.O_RDONLY)
-        queued = store_module._LargeFile(put, fd, [None])
+        queued = putfiles_module._LargeFile(put, fd, [None])
         queued.submit(pool)
         pool.shutdown(wait=False, cancel_futures=True)
         release.set()
@@ -291,7 +291,7 @@ def test_a_large_file_never_streamed_has_its_descriptor_closed(tmp_path: Path) -
 
 
 def test_put_files_on_one_thread_starts_no_thread(tmp_path: Path, content: Content) -> None:
-    paths, blobs = _numbered_files(tmp_path, content, store_module._BATCH_ITEMS * 3 + 1)
+    paths, blobs = _numbered_files(tmp_path, content, putfiles_module._BATCH_ITEMS * 3 + 1)
     store = ObjectStore.init(str(tmp_path / "store"))
     stream = store.put_files(paths, threads=1)
     results = [next(stream)]
