@@ -238,7 +238,7 @@ def _parse_size(text: str) -> Any:
         # "M" and "MiB" mean 1024**2, as in git and most tools; "MB" spells out SI.
         base = 1000 if tail and tail.lower() == "b" else 1024
         factor = base ** _SIZE_POWERS[unit.lower()]
-    from fractions import Fraction
+    from fractions import Fraction  # noqa: PLC0415 (rarely needed: kept off start-up)
 
     size = Fraction(number) * factor  # exact: "1.1G" must not pick up float rounding
     if size.denominator != 1:

@@ -202,7 +202,7 @@ class ObjectStore:
 
     def _put_large(self, fd: int, path: str | bytes, before: os.stat_result, *,
                    parallel: bool = True) -> PutResult:
-        # Hash first (BLAKE3 is ~10x faster than zstd), so content already stored costs no
+        # Hash first (BLAKE3 is much faster than zstd), so content already stored costs no
         # compression; the second pass re-hashes and refuses to store if the file changed.
         # `parallel`: see StreamHasher (put_files hashes on its thread alone).
         hasher = StreamHasher(parallel=parallel)
