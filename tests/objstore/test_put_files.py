@@ -10,8 +10,11 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ckpt.objstore import (
     ContentChanged,
@@ -450,3 +453,48 @@ def test_store_writes_through_the_bulk_capability_when_the_backend_declares_it(
     store.put_bytes(b"one more")  # put_bytes has always taken plain put
     store.store_tree(Tree(()))
     assert backend.calls == ["put", "put_absent"]
+
+
+# A file: an index into a few contents (so duplicates are common), or None for a missing path.
+_POOL = [bytes([n]) * size for n, size in enumerate((0, 10, 65, 700, 3_000, 9_000, 20_000))]
+_POOL += [os.urandom(5_000), os.urandom(12_000)]  # incompressible, small and large
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=st.lists(st.none() | st.integers(0, len(_POOL) - 1), max_size=40),
+       threads=st.integers(1, 3), level=st.sampled_from([0, 1]),
+       native=st.booleans(), batch_items=st.integers(1, 4))
+def test_put_files_in_any_batching_matches_put_file_in_order(
+    tmp_path_factory: pytest.TempPathFactory, files: list[int | None], threads: int,
+    level: int, native: bool, batch_items: int
+) -> None:
+    # Tiny batches and a low stream threshold make every step run: batches closed by count and
+    # by size, several in flight and taken back, large files streamed on the pool in line.
+    directory = tmp_path_factory.mktemp("files")
+    paths = []
+    for n, index in enumerate(files):
+        path = directory / f"f{n}"
+        if index is not None:
+            path.write_bytes(_POOL[index])
+        paths.append(os.fsencode(path))
+    options = StoreOptions(compression_level=level, stream_threshold=8_000)
+    batch = ObjectStore(MemoryBackend(), options)
+    single = ObjectStore(MemoryBackend(), options)
+    reader = putfiles_module._native_read_files if native else None
+    with mock.patch.object(putfiles_module, "_BATCH_ITEMS", batch_items), \
+            mock.patch.object(putfiles_module, "_BATCH_BYTES", 10_000), \
+            mock.patch.object(putfiles_module, "_native_read_files", reader):
+        results = list(batch.put_files(paths, threads=threads))
+    assert len(results) == len(paths)
+    for path, index, result in zip(paths, files, results):
+        if index is None:
+            assert isinstance(result, FileNotFoundError)
+            continue
+        want = single.put_file(path)
+        assert isinstance(result, PutResult), result
+        assert (result.oid, result.size, result.is_new) == (want.oid, want.size, want.is_new)
+        assert batch.get_bytes(result.oid) == _POOL[index]
+        assert result.stored_bytes == (batch.backend.stat(result.oid).size if result.is_new
+                                       else 0)
+    assert _compress_threads() == []  # the pool is shut down with the call
