@@ -4,6 +4,7 @@ It adds to a `Backend` exactly what makes the store trustworthy: ids computed fr
 the envelope codec, verification of every read (a mismatch is `CorruptObject` naming the oid,
 never silently used), bounded memory for large blobs, a tree cache, and the format file.
 It knows nothing of workspaces: `put_file` reads one file it is given, nothing more.
+Reading a file for a put lives in fileread.py, the batch pipeline of `put_files` in putfiles.py.
 """
 
 from __future__ import annotations
