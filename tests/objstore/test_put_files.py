@@ -474,10 +474,10 @@ def test_put_files_in_any_batching_matches_put_file_in_order(
     directory = tmp_path_factory.mktemp("files")
     paths = []
     for n, index in enumerate(files):
-        path = directory / f"f{n}"
+        file = directory / f"f{n}"
         if index is not None:
-            path.write_bytes(_POOL[index])
-        paths.append(os.fsencode(path))
+            file.write_bytes(_POOL[index])
+        paths.append(os.fsencode(file))
     options = StoreOptions(compression_level=level, stream_threshold=8_000)
     batch = ObjectStore(MemoryBackend(), options)
     single = ObjectStore(MemoryBackend(), options)
@@ -487,14 +487,23 @@ def test_put_files_in_any_batching_matches_put_file_in_order(
             mock.patch.object(putfiles_module, "_native_read_files", reader):
         results = list(batch.put_files(paths, threads=threads))
     assert len(results) == len(paths)
+    new_here: list[ObjectId] = []
+    new_alone: list[ObjectId] = []
     for path, index, result in zip(paths, files, results):
         if index is None:
             assert isinstance(result, FileNotFoundError)
             continue
         want = single.put_file(path)
         assert isinstance(result, PutResult), result
-        assert (result.oid, result.size, result.is_new) == (want.oid, want.size, want.is_new)
+        assert (result.oid, result.size) == (want.oid, want.size)
+        if result.size <= options.stream_threshold:
+            assert result.is_new == want.is_new  # the first copy read is the new one
+        # Copies of a large file may stream at once (one on the pool, one taken back): which
+        # of them is new is a race, that exactly one is new is not.
+        new_here += [result.oid] if result.is_new else []
+        new_alone += [want.oid] if want.is_new else []
         assert batch.get_bytes(result.oid) == _POOL[index]
         assert result.stored_bytes == (batch.backend.stat(result.oid).size if result.is_new
                                        else 0)
+    assert sorted(new_here) == sorted(new_alone)
     assert _compress_threads() == []  # the pool is shut down with the call
