@@ -39,6 +39,7 @@ from ckpt.checkpoints.errors import (
     UnknownCheckpoint,
 )
 from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
+from ckpt.objstore.atomicfile import sync_directory
 
 if TYPE_CHECKING:
     from ckpt.checkpoints.paths import RelPath
@@ -250,7 +251,8 @@ class Catalog:
                         conn.execute(statement)
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+        # The directory entry of a newly created database file must be durable too.
+        sync_directory(os.path.dirname(os.path.abspath(self.path)))
 
     def _use_wal(self, busy_timeout: float) -> str:
         """Switch to WAL, waiting up to `busy_timeout` for another process switching too: while
@@ -527,12 +529,3 @@ class Catalog:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
-
-
-def _fsync_dir(path: str) -> None:
-    """Make a newly created database file's directory entry durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -10,7 +10,6 @@ CLI layers those on top) and never prints.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt.checkpoints.errors import ConfigError
+from ckpt.objstore.atomicfile import write_atomically
 
 CONFIG_FILE = "config.toml"
 FSYNC_MODES = ("none", "batch", "full")
@@ -153,27 +153,9 @@ def write_config(store_dir: str, cfg: StoreConfig) -> None:
     Every setting is written, defaults included, so the file documents what is in force.
     Always durable whatever `cfg.fsync` says: the file is tiny and rarely written.
     """
-    import tempfile  # noqa: PLC0415  (lazy: ~5 ms with shutil; only writing the config needs it)
-
-    path = os.path.join(store_dir, CONFIG_FILE)
-    fd, tmp = tempfile.mkstemp(prefix=f".{CONFIG_FILE}.", suffix=".tmp", dir=store_dir)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(encode_config(cfg).encode("utf-8"))
-            f.flush()
-            os.fchmod(f.fileno(), 0o644)  # mkstemp makes 0600; the config is not secret
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    # Make the rename itself durable.
-    dir_fd = os.open(store_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomically(os.path.join(store_dir, CONFIG_FILE), encode_config(cfg).encode("utf-8"),
+                     fsync_file=True, fsync_dir=True, mode=0o644,
+                     temp_prefix=f".{CONFIG_FILE}.tmp-")
 
 
 def encode_config(cfg: StoreConfig) -> str:

@@ -3,11 +3,14 @@
 A backend neither hashes, compresses nor verifies: `ObjectStore` does that on top, so a pack-file
 backend or a remote (S3-like) backend can replace the loose-file one without touching callers.
 Every backend must pass `tests/objstore/test_backend_contract.py`.
+
+Optional capabilities are declared here as runtime-checkable protocols (`BulkBackend`,
+`Compactable`, `LocatedBackend`): the store asks `isinstance` once, never `getattr` per call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Literal, Protocol, runtime_checkable
 
@@ -23,6 +26,7 @@ class ObjectStat:
     mtime: float  # last write or refresh, seconds since the epoch: GC's grace period reads it
 
 
+@runtime_checkable
 class Backend(Protocol):
     def has(self, oid: ObjectId) -> bool: ...
 
@@ -75,3 +79,27 @@ class Compactable(Protocol):
     def compact(self) -> int:
         """Apply pending deletions and consolidate; returns the bytes reclaimed."""
         ...
+
+
+@runtime_checkable
+class BulkBackend(Backend, Protocol):
+    """Optional capability: puts of objects the caller has just seen absent (`refresh` said
+    False), skipping that lookup, one at a time or a batch under one lock round. The store's
+    put paths use it when a backend has it, and plain `put` otherwise."""
+
+    def put_absent(self, oid: ObjectId, stored: bytes) -> bool:
+        """`put` of an object `refresh` has just reported absent. False (and nothing written)
+        if it was stored since by another writer that the backend sees."""
+        ...
+
+    def put_absent_many(self, objects: Sequence[tuple[ObjectId, bytes]]) -> list[bool]:
+        """`put_absent` of each object, in order: the same results as one call each."""
+        ...
+
+
+@runtime_checkable
+class LocatedBackend(Protocol):
+    """Optional capability of a backend that lives in a directory: an error that names no
+    path (a write to an open descriptor) is reported as the store's, at `path`."""
+
+    path: str

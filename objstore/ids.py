@@ -32,9 +32,8 @@ class StreamHasher:
     """Incremental hashing for content that does not fit in memory at once.
 
     `parallel`: BLAKE3's own threads hash each large chunk, which pays on idle cores. Not when
-    the caller's threads are compressing on them: in a Linux first snapshot, the hashing
-    thread then waited 66 ms for BLAKE3's pool in 264 chunks, and the pool's threads took
-    CPU from the compression (4 alternating pairs: wall 2.8% less without them).
+    the caller's threads are compressing on them: the hashing thread would wait for BLAKE3's
+    pool, whose threads take CPU from the compression.
     """
 
     __slots__ = ("_hasher", "length")

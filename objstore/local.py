@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
+from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.backend import FsyncPolicy, ObjectStat
 from ckpt.objstore.errors import ObjectNotFound
 from ckpt.objstore.ids import HEX_SIZE, ObjectId
@@ -35,14 +36,6 @@ def remove_if_older(path: str, older_than: float) -> bool:
     except FileNotFoundError:
         pass
     return False
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _fsync_all(paths: list[str]) -> None:
@@ -120,24 +113,10 @@ class LocalBackend:
                 os.makedirs(directory, exist_ok=True)
                 self._unsynced_dirs.add(self.path)  # now names a new fan-out directory
             self._made_dirs.add(directory)
-        temp = f"{directory}/{_TEMP_PREFIX}{os.urandom(6).hex()}"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
-        try:
-            with os.fdopen(fd, "wb", buffering=0, closefd=True) as out:
-                for chunk in chunks:
-                    out.write(chunk)
-                if self.fsync == "full":
-                    os.fsync(out.fileno())
-            os.replace(temp, final)
-        except BaseException:
-            try:
-                os.unlink(temp)
-            except FileNotFoundError:
-                pass
-            raise
-        if self.fsync == "full":
-            fsync_dir(directory)
-        elif self.fsync == "batch":
+        full = self.fsync == "full"  # batch: made durable together at sync()
+        write_atomically(final, chunks, fsync_file=full, fsync_dir=full, mode=0o444,
+                         temp_prefix=_TEMP_PREFIX)
+        if self.fsync == "batch":
             self._unsynced.append(final)
             self._unsynced_dirs.add(directory)
         return True

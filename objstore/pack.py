@@ -1,7 +1,7 @@
 """`PackedBackend`: puts append to pack files; only objects larger than `large_object` are loose.
 
-The loose-file backend costs one file creation (0.3-1 ms here) per object, which dominates a
-first snapshot of a large tree and even an agent turn's snapshot (60-110 new objects). This
+The loose-file backend costs one file creation per object, which dominates a first snapshot of
+a large tree and even an agent turn's snapshot (tens to hundreds of new objects). This
 backend keeps that cost for objects larger than `large_object` (they stream to a loose file,
 so a big put never holds the pack lock while it compresses) and, if asked, for the first
 `loose_puts` new objects between two `sync()`s. Everything else is appended to this instance's own
@@ -10,7 +10,7 @@ sealed at ~`pack_size`, at `sync()` and at `close()`: sealing fsyncs the pack (p
 then publishes its `.idx`. A pack's objects become visible to other processes when its `.idx`
 exists; records are written only after `sync()`, so nothing committed depends on an
 unpublished pack. A pack filled up by puts is sealed on a background thread (its fsync waits on
-the disk while the next pack fills: ~0.7 s of a Linux-kernel first snapshot); `sync()` waits for
+the disk while the next pack fills, off the put path); `sync()` waits for
 those seals and raises what one of them failed with.
 
 Packs and indexes are immutable once published. Deleting packed objects marks them; the marks

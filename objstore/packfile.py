@@ -31,9 +31,9 @@ from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from typing import BinaryIO, cast
 
+from ckpt.objstore.atomicfile import sync_directory, write_atomically
 from ckpt.objstore.backend import FsyncPolicy
 from ckpt.objstore.ids import OID_SIZE, ObjectId, hash_bytes
-from ckpt.objstore.local import fsync_dir
 
 PACK_MAGIC = b"CKPACK\x00\x01"
 INDEX_MAGIC = b"CKPIDX\x00\x01"
@@ -136,21 +136,9 @@ def write_index(directory: str, name: str, entries: Iterable[Entry], pack_size: 
     the caller has made durable, and one that a crash leaves torn or empty is rebuilt from the
     pack when the store is next opened (`PackedBackend`), so waiting for it would buy nothing
     (one fsync per checkpoint)."""
-    data = encode_index(entries, pack_size)
-    temp = f"{directory}/{TEMP_PREFIX}{name}-{os.urandom(4).hex()}.idx"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
-    try:
-        with os.fdopen(fd, "wb", closefd=True) as out:
-            out.write(data)
-            out.flush()
-            if fsync == "full":
-                os.fsync(out.fileno())
-        os.replace(temp, index_path(directory, name))
-    except BaseException:
-        _unlink_quietly(temp)
-        raise
-    if fsync != "none":
-        fsync_dir(directory)
+    write_atomically(index_path(directory, name), encode_index(entries, pack_size),
+                     fsync_file=fsync == "full", fsync_dir=fsync != "none", mode=0o444,
+                     temp_prefix=f"{TEMP_PREFIX}{name}-")
 
 
 # -- reading records ---------------------------------------------------------------------------
@@ -292,6 +280,9 @@ class PackWriter:
         self.fsync = fsync
         self.name = f"pack-{os.urandom(10).hex()}"
         self.path = pack_path(directory, self.name)
+        # Not `write_atomically`: a pack is named at birth and appended in place by the writer
+        # that holds its lock; the rename only hides a pack with no magic yet. A pack becomes
+        # visible when its index is published (`seal`), and that write is atomic.
         temp = f"{directory}/{TEMP_PREFIX}{self.name}.pack"
         self.fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
         try:
@@ -303,7 +294,7 @@ class PackWriter:
             _unlink_quietly(temp)
             raise
         if fsync == "full":
-            fsync_dir(directory)
+            sync_directory(directory)
         self.entries: list[Entry] = []
         self.flushed = self.size = len(PACK_MAGIC)
         self._buffer = bytearray()

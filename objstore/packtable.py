@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 from ckpt.objstore.ids import OID_SIZE
 
-_MERGE_AFTER = 2000  # lookups: ~12 µs each over 6 packs in place, vs ~40 ms to merge 80k
+# Lookups before the indexes are merged: a lookup over unmerged packs costs a little more each
+# time, a merge costs much more once, so merge only for a table that is looked up a lot.
+_MERGE_AFTER = 2000
 _MERGE_AT_ONCE = 4096  # ids: an index this small costs less to merge than to search in place
 Location = tuple[int, int, int]  # slot, offset, length
 

@@ -19,10 +19,11 @@ import os
 from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from ckpt.objstore.atomicfile import sync_directory
 from ckpt.objstore.backend import FsyncPolicy
 from ckpt.objstore.errors import ObjectNotFound
 from ckpt.objstore.ids import ObjectId
-from ckpt.objstore.local import LocalBackend, fsync_dir
+from ckpt.objstore.local import LocalBackend
 from ckpt.objstore.packfile import (
     CorruptIndex,
     Entry,
@@ -214,7 +215,7 @@ def _rewrite(
                 pass
         removed += source.size
     if sources and fsync != "none":
-        fsync_dir(directory)
+        sync_directory(directory)
     for oid in moved:
         removed += loose.delete(oid)
     return removed - written

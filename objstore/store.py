@@ -4,20 +4,21 @@ It adds to a `Backend` exactly what makes the store trustworthy: ids computed fr
 the envelope codec, verification of every read (a mismatch is `CorruptObject` naming the oid,
 never silently used), bounded memory for large blobs, a tree cache, and the format file.
 It knows nothing of workspaces: `put_file` reads one file it is given, nothing more.
+Reading a file for a put lives in fileread.py, the batch pipeline of `put_files` in putfiles.py.
 """
 
 from __future__ import annotations
 
 import os
 import stat as statmod
-from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import partial
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol
+from typing import BinaryIO, Literal, Protocol
 
 from ckpt.objstore import codec
-from ckpt.objstore.backend import Backend, FsyncPolicy
+from ckpt.objstore.atomicfile import write_atomically
+from ckpt.objstore.backend import Backend, BulkBackend, FsyncPolicy, LocatedBackend
 from ckpt.objstore.errors import (
     ContentChanged,
     CorruptObject,
@@ -25,21 +26,17 @@ from ckpt.objstore.errors import (
     StoreWriteError,
     UnsupportedFormat,
 )
+from ckpt.objstore.fileread import (
+    READ_FLAGS,
+    iter_chunks,
+    not_regular,
+    read_whole,
+    same_file_state,
+)
 from ckpt.objstore.ids import ObjectId, StreamHasher, hash_bytes
 from ckpt.objstore.local import LocalBackend
-from ckpt.objstore.native import load_native
 from ckpt.objstore.objects import Tree
 from ckpt.objstore.pack import PACKS_DIR, PackedBackend
-
-if TYPE_CHECKING:  # thread pools only where a batch put runs: off every command's start-up
-    from concurrent.futures import Future, ThreadPoolExecutor
-
-# Optional (objstore/native.py): without it put_files reads each file from Python.
-_readfiles = load_native("ckpt.objstore._readfiles")
-_native_read_files: Callable[..., Any] | None = (
-    None if _readfiles is None else _readfiles.read_files)
-_CHANGED: int = 0 if _readfiles is None else _readfiles.CHANGED
-_NOT_REGULAR: int = 0 if _readfiles is None else _readfiles.NOT_REGULAR
 
 FORMAT_VERSION = 1
 FORMAT_FILE = "format"
@@ -85,22 +82,14 @@ class PutResult:
     stat: FileState  # of the file as read (fstat before reading, equal after)
 
 
-def _same_file_state(before: os.stat_result, after: os.stat_result) -> bool:
-    return (
-        before.st_size == after.st_size
-        and before.st_mtime_ns == after.st_mtime_ns
-        and before.st_ctime_ns == after.st_ctime_ns
-        and before.st_ino == after.st_ino
-    )
-
-
 class ObjectStore:
     def __init__(self, backend: Backend, options: StoreOptions = StoreOptions()) -> None:
         self.backend = backend
         self.options = options
         self._trees: OrderedDict[ObjectId, Tree] = OrderedDict()
-        # Stores an object `refresh` just found absent; backends without the shortcut `put`.
-        self._put_absent = getattr(backend, "put_absent", backend.put)
+        # Stores objects `refresh` just found absent; backends without the shortcut `put`.
+        self._bulk: BulkBackend | None = backend if isinstance(backend, BulkBackend) else None
+        self._put_absent = backend.put if self._bulk is None else self._bulk.put_absent
 
     # -- opening -----------------------------------------------------------------------
 
@@ -112,12 +101,10 @@ class ObjectStore:
         if not os.path.exists(format_path):
             if options.layout == "packed":  # before the format file: a crash leaves no store
                 os.makedirs(os.path.join(path, "objects", PACKS_DIR), exist_ok=True)
-            temp = f"{format_path}.tmp-{os.getpid()}"
-            with open(temp, "w", encoding="ascii") as out:
-                out.write(f"{_FORMAT_TAG} {FORMAT_VERSION}\n")
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temp, format_path)
+            # The name is not fsynced: a crash that loses it leaves no store, and init again
+            # makes one.
+            write_atomically(format_path, f"{_FORMAT_TAG} {FORMAT_VERSION}\n".encode("ascii"),
+                             fsync_file=True, fsync_dir=False, mode=0o666)
         return cls.open(path, options)
 
     @classmethod
@@ -162,16 +149,14 @@ class ObjectStore:
         `ContentChanged` if the file changed while it was read: the caller decides whether to
         retry or report it; nothing torn is ever stored under the id.
         """
-        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever;
-        # it changes nothing for the regular files we go on to read.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(path, READ_FLAGS)
         try:
             before = os.fstat(fd)
             if not statmod.S_ISREG(before.st_mode):
-                raise IsADirectoryError(f"not a regular file: {os.fsdecode(path)}")
+                raise not_regular(path)
             if before.st_size > self.options.stream_threshold:
                 return self._put_large(fd, path, before)
-            data = _read_small(fd, path, before)
+            data = read_whole(fd, path, before)
         finally:
             os.close(fd)
         oid = hash_bytes(data)
@@ -198,161 +183,31 @@ class ObjectStore:
         Files are read a batch at a time by the native reader when it is built (see
         objstore/_readfiles.c); files above `stream_threshold` stream through `put_file`'s
         path on a pool thread, in line with the batches (here, without a pool or when taken
-        back), never whole in memory.
+        back), never whole in memory. The pipeline and its steps: objstore/putfiles.py.
         """
-        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 (see the imports)
+        # Imported here: its thread pool stays off every command's start-up.
+        from ckpt.objstore.putfiles import PutPipeline  # noqa: PLC0415
 
-        level = self.options.compression_level
-        # A pool thread per CPU but one, which this thread keeps busy reading and hashing, and
-        # this thread compresses when it is ahead. A pool of one per CPU put three busy threads
-        # on two cores: the kernel's fair share preempted this thread, the critical path, for
-        # 0.7 s of a Linux first snapshot (/proc schedstat), and a pool of one left it waiting
-        # 1 s for the compressor; compressing here rather than waiting (4 alternating pairs):
-        # wall 4.6-4.9 s -> 4.2-4.4 s.
-        workers = (threads or os.cpu_count() or 1) - 1
-        # Whole batches side by side, one thread each, rather than one batch split across the
-        # threads: a split batch left its threads idle at its tail and while the next one was
-        # read (py-spy: the compressing thread waited a third of a Linux first snapshot, the
-        # reading thread waited too). Linux first snapshot, 2 cores, medians of 6 alternating
-        # runs: 4.78 s -> 4.30-4.34 s, peak RSS 175 -> 176-180 MiB.
-        # Started with the first full batch: a call whose files fit in one batch (a turn's)
-        # compresses it here, as it would only wait for the thread (stdlib turn, 25 files:
-        # hashing and storing 3.2 -> 2.6 ms without a pool's start and hand-offs).
-        pool: ThreadPoolExecutor | None = None
-        new_pool = partial(ThreadPoolExecutor, workers, thread_name_prefix="objstore-compress")
-        in_flight = min(_BATCHES_IN_FLIGHT * workers + 2, _MAX_BATCHES_IN_FLIGHT)
-        # The loop below is the whole first snapshot's per-file cost in the calling thread:
-        # it is written flat on purpose (a function call per step costs ~5% of the total).
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-        threshold = self.options.stream_threshold
-        refresh = self.backend.refresh
-        slots: deque[list[Any]] = deque()  # [result or None while its batch is out], in order
-        inflight: deque[_Batch | _LargeFile] = deque()
-        pending: set[ObjectId] = set()  # read here, not written yet: a second copy is not new
-        batch = _Batch()
-        reads: Iterable[tuple[str | bytes, Any]] = (
-            ((path, None) for path in paths) if _native_read_files is None
-            else _read_natively(paths, threshold))
-        before: FileState
-        try:
-            for path, read in reads:
-                result: PutResult | OSError | ContentChanged | None = None
-                large: _LargeFile | None = None
-                if read is None:  # to be read here (no native reader, or a large file)
-                    try:
-                        # O_NONBLOCK: as in `put_file`, never wait on a FIFO.
-                        fd = os.open(path, flags)
-                        try:
-                            st = os.fstat(fd)
-                            if not statmod.S_ISREG(st.st_mode):
-                                raise IsADirectoryError(
-                                    f"not a regular file: {os.fsdecode(path)}")
-                            if st.st_size <= threshold:
-                                data, before = _read_small(fd, path, st), st
-                            elif level == 0 or workers == 0:
-                                result = self._put_large(fd, path, st, parallel=False)
-                            else:  # it now owns the descriptor
-                                large = _LargeFile(
-                                    partial(self._put_large, fd, path, st, parallel=False),
-                                    fd, [None])
-                                fd = -1
-                        finally:
-                            if fd >= 0:
-                                os.close(fd)
-                    except (OSError, ContentChanged) as exc:
-                        result = exc
-                elif type(read) is tuple:
-                    data, before = read
-                else:
-                    result = read
-                if large is not None:
-                    # Streamed on the pool in line with the batches: compressing is most of
-                    # its cost.
-                    pool = pool or new_pool()
-                    slots.append(large.slot)
-                    large.submit(pool)
-                    inflight.append(large)
-                    self._write_compressed(inflight, in_flight, level, pending)
-                elif result is None:
-                    oid = hash_bytes(data, parallel=False)  # the cores are compressing
-                    if oid in pending or refresh(oid):
-                        result = PutResult(oid, len(data), False, 0, before)
-                    else:
-                        pending.add(oid)
-                        slot: list[Any] = [None]
-                        slots.append(slot)
-                        batch.add(oid, data, before, slot, level > 0 and len(data) > 64)
-                        if batch.size >= _BATCH_BYTES or len(batch.items) >= _BATCH_ITEMS:
-                            if pool is None and level > 0 and workers > 0:
-                                pool = new_pool()
-                            if pool is None:
-                                batch.compress(level)
-                            else:
-                                batch.submit(pool, level)
-                            inflight.append(batch)
-                            batch = _Batch()
-                            self._write_compressed(inflight, in_flight, level, pending)
-                if result is not None:
-                    if not slots:
-                        yield result
-                        continue
-                    slots.append([result])
-                while slots and slots[0][0] is not None:
-                    yield slots.popleft()[0]
-            batch.compress(level)  # the last one: no thread could start it sooner than this
-            inflight.append(batch)
-            self._write_compressed(inflight, 0, level, pending)
-            while slots:
-                yield slots.popleft()[0]
-        finally:
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
-                for item in inflight:
-                    if isinstance(item, _LargeFile):
-                        item.discard()
+        pipeline = PutPipeline(
+            refresh=self.backend.refresh, put_absent_many=self._put_absent_many,
+            put_large=self._put_large, compression_level=self.options.compression_level,
+            stream_threshold=self.options.stream_threshold, threads=threads)
+        return pipeline.run(paths)
 
-    def _write_compressed(self, inflight: deque[_Batch | _LargeFile], keep: int, level: int,
-                          pending: set[ObjectId]) -> None:
-        """Write the oldest batches in order as they are compressed, until at most `keep` are
-        left. While the oldest is still compressing and more than `keep` are out, this thread
-        compresses the oldest batch no pool thread has started rather than wait."""
-        while inflight:
-            if not inflight[0].done():
-                if len(inflight) <= keep:
-                    return
-                if any(batch.take_back(level) for batch in inflight):
-                    continue
-            oldest = inflight.popleft()
-            if isinstance(oldest, _LargeFile):
-                oldest.settle()
-            else:
-                self._write_batch(oldest, pending)
-
-    def _write_batch(self, batch: _Batch, pending: set[ObjectId]) -> None:
-        frames = batch.frames()
-        envelope = codec.envelope
-        objects = [
-            (oid, envelope(data, frames[index] if index >= 0 else None))
-            for oid, data, _, _, index in batch.items
-        ]
-        put_many = getattr(self.backend, "put_absent_many", None)
-        if put_many is not None:
-            written = put_many(objects)
-        else:
-            put = self._put_absent
-            written = [put(oid, stored) for oid, stored in objects]
-        # A concurrent writer may have stored one since the refresh: then nothing was written.
-        for (oid, data, before, slot, _), (_, stored), is_new in zip(batch.items, objects, written):
-            slot[0] = PutResult(oid, len(data), is_new, len(stored) if is_new else 0, before)
-            pending.discard(oid)
+    def _put_absent_many(self, objects: Sequence[tuple[ObjectId, bytes]]) -> list[bool]:
+        """Store objects `refresh` has just found absent, in order; whether each was new."""
+        if self._bulk is not None:
+            return self._bulk.put_absent_many(objects)
+        put = self._put_absent
+        return [put(oid, stored) for oid, stored in objects]
 
     def _put_large(self, fd: int, path: str | bytes, before: os.stat_result, *,
                    parallel: bool = True) -> PutResult:
-        # Hash first (BLAKE3 is ~10x faster than zstd), so content already stored costs no
+        # Hash first (BLAKE3 is much faster than zstd), so content already stored costs no
         # compression; the second pass re-hashes and refuses to store if the file changed.
         # `parallel`: see StreamHasher (put_files hashes on its thread alone).
         hasher = StreamHasher(parallel=parallel)
-        for chunk in _iter_chunks(fd):
+        for chunk in iter_chunks(fd):
             hasher.update(chunk)
         oid = hasher.digest()
         if hasher.length != before.st_size:
@@ -365,7 +220,7 @@ class ObjectStore:
             rehash = StreamHasher(parallel=parallel)
             try:
                 os.lseek(fd, 0, os.SEEK_SET)
-                for chunk in _iter_chunks(fd):
+                for chunk in iter_chunks(fd):
                     rehash.update(chunk)
                     if rehash.length > hasher.length:
                         # Grown since the first pass: stop before the encoder sees more bytes
@@ -375,7 +230,7 @@ class ObjectStore:
                 after = os.fstat(fd)
             except OSError as exc:  # the file's, told apart from the store's below
                 raise _Unreadable(exc) from exc
-            if rehash.digest() != oid or not _same_file_state(before, after):
+            if rehash.digest() != oid or not same_file_state(before, after):
                 raise ContentChanged(os.fsdecode(path))
 
         def counted(chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -398,9 +253,9 @@ class ObjectStore:
     def _write_failed(self, error: OSError) -> StoreWriteError:
         """`error` as the store's failure; one that names no path (a write to an open
         descriptor) is made to name the store's objects, so that its message says where."""
-        where = getattr(self.backend, "path", None)
-        if error.filename is None and where is not None and error.errno is not None:
-            error = OSError(error.errno, error.strerror, where)
+        if (error.filename is None and error.errno is not None
+                and isinstance(self.backend, LocatedBackend)):
+            error = OSError(error.errno, error.strerror, self.backend.path)
         return StoreWriteError(error)
 
     def get_bytes(self, oid: ObjectId) -> bytes:
@@ -501,67 +356,6 @@ def check_format(path: str) -> None:
         raise UnsupportedFormat(path, version, FORMAT_VERSION)
 
 
-# put_files: new objects are compressed in batches of about this many bytes or objects, with
-# up to this many batches per compressing thread (plus two, at most the maximum) compressing
-# or compressed while the next is read (memory: a few batches per thread).
-_BATCH_BYTES = 2 << 20
-_BATCH_ITEMS = 512
-_BATCHES_IN_FLIGHT = 2
-_MAX_BATCHES_IN_FLIGHT = 16
-# The native reader takes up to this many paths, or files of this many bytes, per call: the
-# cost of a call is spread, and memory ahead of the hashing stays small.
-_READ_AHEAD_FILES = 64
-_READ_AHEAD_BYTES = 1 << 20
-
-
-class _Batch:
-    """New objects read by `put_files`, compressed together, then written in order."""
-
-    __slots__ = ("_frames", "_future", "inputs", "items", "size")
-
-    def __init__(self) -> None:
-        # oid, content, stat before reading, result slot, index in `inputs` (-1: stored raw)
-        self.items: list[tuple[ObjectId, bytes, FileState, list[Any], int]] = []
-        self.inputs: list[bytes] = []  # the contents to compress
-        self.size = 0
-        self._future: Future[Sequence[Any]] | None = None
-        self._frames: Sequence[Any] = ()  # compressed by `compress`, in the calling thread
-
-    def add(self, oid: ObjectId, data: bytes, before: FileState, slot: list[Any],
-            compress: bool) -> None:
-        index = -1
-        if compress:
-            index = len(self.inputs)
-            self.inputs.append(data)
-        self.items.append((oid, data, before, slot, index))
-        self.size += len(data)
-
-    def submit(self, pool: ThreadPoolExecutor | None, level: int) -> None:
-        """Compress on one of `pool`'s threads, one native zstd thread (batches run side by
-        side, see put_files)."""
-        if self.inputs and pool is not None:
-            self._future = pool.submit(codec.compress_batch, self.inputs, level, 1)
-
-    def compress(self, level: int) -> None:
-        """Compress here, in the calling thread."""
-        if self.inputs and level > 0:
-            self._frames = codec.compress_batch(self.inputs, level, 1)
-
-    def take_back(self, level: int) -> bool:
-        """Compress here if no pool thread has started on this batch: whether it did."""
-        if self._future is None or not self._future.cancel():
-            return False
-        self._future = None
-        self.compress(level)
-        return True
-
-    def done(self) -> bool:
-        return self._future is None or self._future.done()
-
-    def frames(self) -> Sequence[Any]:
-        return self._future.result() if self._future is not None else self._frames
-
-
 class _Unreadable(Exception):  # never escapes _put_large
     """A read of the file being streamed failed (`.error`): carried through the store's
     stream writer, which could fail with an OSError of its own."""
@@ -569,112 +363,3 @@ class _Unreadable(Exception):  # never escapes _put_large
     def __init__(self, error: OSError) -> None:
         super().__init__(error)
         self.error = error
-
-
-class _LargeFile:
-    """A file above the stream threshold that `put_files` streams on a pool thread, in the
-    line of its batches: `_put_large` on its open descriptor, closed when the call is over
-    (or by `discard`, if the call was cancelled and never ran)."""
-
-    __slots__ = ("_fd", "_future", "_outcome", "_put", "slot")
-
-    def __init__(self, put: Callable[[], PutResult], fd: int, slot: list[Any]) -> None:
-        self._put = put
-        self._fd = fd
-        self.slot = slot
-        self._future: Future[PutResult | OSError | ContentChanged] | None = None
-        self._outcome: PutResult | OSError | ContentChanged | None = None
-
-    def _run(self) -> PutResult | OSError | ContentChanged:
-        try:
-            return self._put()
-        except (OSError, ContentChanged) as exc:
-            return exc
-        finally:
-            os.close(self._fd)
-
-    def submit(self, pool: ThreadPoolExecutor) -> None:
-        self._future = pool.submit(self._run)
-
-    def done(self) -> bool:
-        return self._future is None or self._future.done()
-
-    def take_back(self, level: int) -> bool:
-        """Stream here if no pool thread has started on it: whether it did."""
-        if self._future is None or not self._future.cancel():
-            return False
-        self._future = None
-        self._outcome = self._run()
-        return True
-
-    def settle(self) -> None:
-        """Its result into its slot (an error of the store itself raises here)."""
-        self.slot[0] = self._future.result() if self._future is not None else self._outcome
-
-    def discard(self) -> None:
-        if self._future is not None and self._future.cancelled():
-            os.close(self._fd)
-
-
-def _read_natively(paths: Iterable[str | bytes], limit: int
-                   ) -> Iterator[tuple[str | bytes, Any]]:
-    """Each path with what the native reader made of it: `(content, stat)`, the exception
-    that reading it would raise in `put_file` (`OSError`, `ContentChanged`), or None for a
-    file larger than `limit`, to be streamed by the caller."""
-    assert _native_read_files is not None
-    chunk: list[str | bytes] = []
-    for path in paths:
-        chunk.append(path)
-        if len(chunk) == _READ_AHEAD_FILES:
-            yield from _read_chunk(chunk, limit)
-            chunk = []
-    yield from _read_chunk(chunk, limit)
-
-
-def _read_chunk(chunk: list[str | bytes], limit: int) -> Iterator[tuple[str | bytes, Any]]:
-    assert _native_read_files is not None  # callers check first
-    encoded = [os.fsencode(path) for path in chunk]
-    start = 0
-    while start < len(chunk):
-        outcomes = _native_read_files(encoded[start:], limit, _READ_AHEAD_BYTES)
-        for path, outcome in zip(chunk[start:], outcomes):
-            if type(outcome) is tuple:
-                yield path, None if outcome[0] is None else outcome
-            elif outcome == _CHANGED:
-                yield path, ContentChanged(os.fsdecode(path))
-            elif outcome == _NOT_REGULAR:
-                yield path, IsADirectoryError(f"not a regular file: {os.fsdecode(path)}")
-            else:
-                yield path, OSError(outcome, os.strerror(outcome), path)
-        start += len(outcomes)
-
-
-def _read_small(fd: int, path: str | bytes, before: os.stat_result) -> bytes:
-    """The whole content of an open regular file, refused if it changed while read."""
-    data = _read_all(fd, before.st_size)
-    if len(data) != before.st_size or not _same_file_state(before, os.fstat(fd)):
-        raise ContentChanged(os.fsdecode(path))
-    return data
-
-
-def _read_all(fd: int, expected: int) -> bytes:
-    # One extra byte detects a file that grew since fstat. A regular file normally returns
-    # everything at once; the caller's fstat after reading catches growth after this read, so
-    # no second read is spent to see EOF once `expected` bytes have arrived.
-    data = os.read(fd, expected + 1)
-    if len(data) >= expected or not data:
-        return data
-    parts = [data]
-    got = len(data)
-    while got <= expected:
-        chunk = os.read(fd, expected + 1 - got)
-        if not chunk:
-            break
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
-
-
-def _iter_chunks(fd: int) -> Iterator[bytes]:
-    while chunk := os.read(fd, codec.CHUNK_SIZE):
-        yield chunk

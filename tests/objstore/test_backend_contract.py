@@ -16,7 +16,13 @@ from typing import Protocol
 import pytest
 
 from ckpt.objstore import ObjectId, ObjectNotFound, hash_bytes
-from ckpt.objstore.backend import FSYNC_POLICIES, Backend, FsyncPolicy
+from ckpt.objstore.backend import (
+    FSYNC_POLICIES,
+    Backend,
+    BulkBackend,
+    FsyncPolicy,
+    LocatedBackend,
+)
 from ckpt.objstore.local import LocalBackend
 from ckpt.objstore.memory import MemoryBackend
 from ckpt.objstore.pack import PackedBackend
@@ -299,6 +305,38 @@ def test_put_stream_whose_chunks_raise_midway_stores_nothing_and_leaves_no_temp(
     # The failed put poisons nothing: the same id can be stored afterwards.
     assert backend.put_stream(oid, iter([b"second ", b"try"])) is True
     assert backend.get(oid) == b"second try"
+
+
+# -- optional capabilities -------------------------------------------------------------------
+
+# Which backends declare which capability: a method renamed away from its protocol would make
+# the store fall back to plain puts silently, so the declaration itself is pinned.
+CAPABLE = {"memory": set(), "local": {LocatedBackend}, "pack": {BulkBackend, LocatedBackend}}
+
+
+def test_backend_declares_exactly_its_capabilities(
+    request: pytest.FixtureRequest, backend: Backend
+) -> None:
+    kind = request.node.callspec.id.split("-")[0]
+    assert isinstance(backend, Backend)
+    declared = {cap for cap in (BulkBackend, LocatedBackend) if isinstance(backend, cap)}
+    assert declared == CAPABLE[kind]
+
+
+def test_bulk_puts_match_one_put_each(backend: Backend) -> None:
+    if not isinstance(backend, BulkBackend):
+        pytest.skip("not a BulkBackend")
+    stored = [(oid_for(bytes([n])), bytes([n]) * (n * 100)) for n in range(12)]
+    assert backend.put(*stored[2]) is True
+    assert backend.put_absent(*stored[0]) is True
+    assert backend.put_absent(*stored[0]) is False
+    # already stored, new, and the same id twice in one batch
+    assert backend.put_absent_many([*stored, stored[5]]) == (
+        [n not in (0, 2) for n in range(12)] + [False])
+    for oid, data in stored:
+        assert backend.get(oid) == data
+    assert sorted(backend.iter_ids()) == sorted(oid for oid, _ in stored)
+    assert backend.put_absent_many([]) == []
 
 
 # -- delete / iter_ids / stat -----------------------------------------------------------------

@@ -10,8 +10,11 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ckpt.objstore import (
     ContentChanged,
@@ -22,7 +25,11 @@ from ckpt.objstore import (
     codec,
     hash_bytes,
 )
-from ckpt.objstore import store as store_module
+from ckpt.objstore import putfiles as putfiles_module
+from ckpt.objstore.backend import BulkBackend
+from ckpt.objstore.ids import ObjectId
+from ckpt.objstore.memory import MemoryBackend
+from ckpt.objstore.objects import Tree
 from ckpt.objstore.pack import PackedBackend
 
 Content = Callable[[str, int, int], bytes]
@@ -69,10 +76,10 @@ def make_files(tmp_path: Path, content: Content) -> tuple[list[bytes], dict[byte
 def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """put_files reading through the native reader, then through its Python fallback."""
     if request.param == "native":
-        if store_module._native_read_files is None:  # type: ignore[attr-defined]
+        if putfiles_module._native_read_files is None:
             pytest.skip("objstore._readfiles is not built")
     else:
-        monkeypatch.setattr(store_module, "_native_read_files", None)
+        monkeypatch.setattr(putfiles_module, "_native_read_files", None)
     return str(request.param)
 
 
@@ -160,7 +167,7 @@ def test_put_files_many_batches_stay_in_order_and_in_packs(
 ) -> None:
     files = tmp_path / "many"
     files.mkdir()
-    count = store_module._BATCH_ITEMS * 3 + 7  # several batches, several in flight
+    count = putfiles_module._BATCH_ITEMS * 3 + 7  # several batches, several in flight
     blobs = [content("text", 200 + i * 7, i) + i.to_bytes(4, "little") for i in range(count)]
     blobs += [content("random", 700_000, 99)] * 5  # batches closed by size, duplicates across
     paths = [write(files / f"f{i}", blob) for i, blob in enumerate(blobs)]
@@ -200,7 +207,7 @@ def test_put_files_compresses_here_what_a_stalled_pool_has_not_started(
     # The pool's one thread is held on its first batch until the calling thread, finding the
     # pool behind, compresses a queued batch itself; whichever thread compressed each batch,
     # the results and the stored objects keep the input order.
-    paths, blobs = _numbered_files(tmp_path, content, store_module._BATCH_ITEMS * 8 + 3)
+    paths, blobs = _numbered_files(tmp_path, content, putfiles_module._BATCH_ITEMS * 8 + 3)
     caller = threading.get_ident()
     helped = threading.Event()
     by_caller: list[int] = []
@@ -275,7 +282,7 @@ def test_a_large_file_never_streamed_has_its_descriptor_closed(tmp_path: Path) -
     with ThreadPoolExecutor(1) as pool:
         pool.submit(release.wait, 60)  # the only thread is busy: the next call waits
         fd = os.open(path, os.O_RDONLY)
-        queued = store_module._LargeFile(put, fd, [None])
+        queued = putfiles_module._LargeFile(put, fd, [None])
         queued.submit(pool)
         pool.shutdown(wait=False, cancel_futures=True)
         release.set()
@@ -287,7 +294,7 @@ def test_a_large_file_never_streamed_has_its_descriptor_closed(tmp_path: Path) -
 
 
 def test_put_files_on_one_thread_starts_no_thread(tmp_path: Path, content: Content) -> None:
-    paths, blobs = _numbered_files(tmp_path, content, store_module._BATCH_ITEMS * 3 + 1)
+    paths, blobs = _numbered_files(tmp_path, content, putfiles_module._BATCH_ITEMS * 3 + 1)
     store = ObjectStore.init(str(tmp_path / "store"))
     stream = store.put_files(paths, threads=1)
     results = [next(stream)]
@@ -411,3 +418,92 @@ def test_put_absent_many_across_pack_seals_matches_one_at_a_time(tmp_path: Path)
     for oid, stored in objects:
         assert reopened.get(oid) == stored
     reopened.close()
+
+
+class _RecordingBulk(MemoryBackend):
+    """A `BulkBackend` that records which put each object took."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def put(self, oid: ObjectId, stored: bytes) -> bool:
+        self.calls.append("put")
+        return super().put(oid, stored)
+
+    def put_absent(self, oid: ObjectId, stored: bytes) -> bool:
+        self.calls.append("put_absent")
+        return super().put(oid, stored)
+
+    def put_absent_many(self, objects: Sequence[tuple[ObjectId, bytes]]) -> list[bool]:
+        self.calls.append(f"put_absent_many:{len(objects)}")
+        return [super(_RecordingBulk, self).put(oid, stored) for oid, stored in objects]
+
+
+def test_store_writes_through_the_bulk_capability_when_the_backend_declares_it(
+    tmp_path: Path,
+) -> None:
+    backend = _RecordingBulk()
+    assert isinstance(backend, BulkBackend)
+    store = ObjectStore(backend, StoreOptions(compression_level=1))
+    paths = [write(tmp_path / f"f{n}", b"file %d " % n * 50) for n in range(5)]
+    assert all(isinstance(r, PutResult) and r.is_new for r in store.put_files(paths))
+    assert backend.calls == ["put_absent_many:5"]
+    backend.calls.clear()
+    store.put_bytes(b"one more")  # put_bytes has always taken plain put
+    store.store_tree(Tree(()))
+    assert backend.calls == ["put", "put_absent"]
+
+
+# A file: an index into a few contents (so duplicates are common), or None for a missing path.
+_POOL = [bytes([n]) * size for n, size in enumerate((0, 10, 65, 700, 3_000, 9_000, 20_000))]
+_POOL += [os.urandom(5_000), os.urandom(12_000)]  # incompressible, small and large
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=st.lists(st.none() | st.integers(0, len(_POOL) - 1), max_size=40),
+       threads=st.integers(1, 3), level=st.sampled_from([0, 1]),
+       native=st.booleans(), batch_items=st.integers(1, 4))
+def test_put_files_in_any_batching_matches_put_file_in_order(
+    tmp_path_factory: pytest.TempPathFactory, files: list[int | None], threads: int,
+    level: int, native: bool, batch_items: int
+) -> None:
+    # Tiny batches and a low stream threshold make every step run: batches closed by count and
+    # by size, several in flight and taken back, large files streamed on the pool in line.
+    directory = tmp_path_factory.mktemp("files")
+    paths = []
+    for n, index in enumerate(files):
+        file = directory / f"f{n}"
+        if index is not None:
+            file.write_bytes(_POOL[index])
+        paths.append(os.fsencode(file))
+    options = StoreOptions(compression_level=level, stream_threshold=8_000)
+    batch = ObjectStore(MemoryBackend(), options)
+    single = ObjectStore(MemoryBackend(), options)
+    reader = putfiles_module._native_read_files if native else None
+    with mock.patch.object(putfiles_module, "_BATCH_ITEMS", batch_items), \
+            mock.patch.object(putfiles_module, "_BATCH_BYTES", 10_000), \
+            mock.patch.object(putfiles_module, "_native_read_files", reader):
+        results = list(batch.put_files(paths, threads=threads))
+    assert len(results) == len(paths)
+    new_here: list[ObjectId] = []
+    new_alone: list[ObjectId] = []
+    for path, index, result in zip(paths, files, results):
+        if index is None:
+            assert isinstance(result, FileNotFoundError)
+            continue
+        want = single.put_file(path)
+        assert isinstance(result, PutResult), result
+        assert (result.oid, result.size) == (want.oid, want.size)
+        if result.size <= options.stream_threshold:
+            assert result.is_new == want.is_new  # the first copy read is the new one
+        # Copies of a large file may stream at once (one on the pool, one taken back): which
+        # of them is new is a race, that exactly one is new is not.
+        new_here += [result.oid] if result.is_new else []
+        new_alone += [want.oid] if want.is_new else []
+        assert batch.get_bytes(result.oid) == _POOL[index]
+        assert result.stored_bytes == (batch.backend.stat(result.oid).size if result.is_new
+                                       else 0)
+    assert sorted(new_here) == sorted(new_alone)
+    assert _compress_threads() == []  # the pool is shut down with the call
