@@ -21,6 +21,7 @@ from typing import Any
 from ckpt.checkpoints.errors import CatalogCorrupt
 from ckpt.checkpoints.paths import RelPath, parse_relpath
 from ckpt.objstore import ObjectId
+from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.codec import pack_data, unpack_data
 from ckpt.objstore.errors import CorruptObject
 from ckpt.objstore.ids import check_oid
@@ -55,17 +56,8 @@ def encode_intent(intent: RestoreIntent) -> bytes:
 
 def write_intent(path: str, intent: RestoreIntent) -> None:
     """Write a journal file as ckpt before catalog schema 2 did (atomically, fsynced)."""
-    temp = f"{path}.tmp-{os.urandom(4).hex()}"
-    with open(temp, "wb") as out:
-        out.write(encode_intent(intent))
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temp, path)
-    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomically(path, encode_intent(intent), fsync_file=True, fsync_dir=True,
+                     temp_prefix=f"{os.path.basename(path)}.tmp-")
 
 
 def read_intent(path: str) -> RestoreIntent | None:

@@ -25,6 +25,7 @@ from ckpt.checkpoints.model import Event
 from ckpt.checkpoints.retention import select_prunable
 from ckpt.checkpoints.statcache import check_stat_cache
 from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace
+from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.local import remove_if_older
 
 if TYPE_CHECKING:
@@ -127,10 +128,9 @@ class Maintenance:
 
     def _bump_gc_generation(self) -> None:
         path = os.path.join(self._ws.store_dir, "gc-generation")
-        temp = f"{path}.tmp-{os.urandom(4).hex()}"
-        with open(temp, "w", encoding="ascii") as out:
-            out.write(f"{self._ws.gc_generation() + 1}\n")
-        os.replace(temp, path)
+        # Durable: a generation lost in a crash would let stat caches trust ids this gc removed.
+        write_atomically(path, f"{self._ws.gc_generation() + 1}\n".encode("ascii"),
+                         fsync_file=True, fsync_dir=True, temp_prefix="gc-generation.tmp-")
 
     def fsck(self, *, full: bool) -> CheckReport:
         ws = self._ws
