@@ -69,8 +69,7 @@ def listed_entry(name: bytes, st: Any) -> ListedEntry:
 
 
 # Below this many directories a batch runs on one thread: starting and joining threads costs
-# more than a small batch takes (measured: the stdlib's levels of 4-60 directories ran ~2x
-# slower on two threads on a busy 2-core machine, Linux's levels of 200-1,500 no slower).
+# more than a small batch of directories takes to list.
 THREADED_BATCH = 64
 
 

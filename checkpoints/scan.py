@@ -14,8 +14,16 @@ Three phases, so the walk and compression can use every core without the GIL:
 3. build: directories bottom-up; a directory whose rows and subtrees all match the cache keeps
    its cached tree id without being re-encoded, so an unchanged subtree costs one listing.
 
+Each directory is a `_Dir` whose `DirState` says how the walk saw it (unchanged, read in part,
+read whole, unreadable, or virtual in a paths scope); the build keeps its cached tree id
+(`_reuse`) or builds it again (`_rebuild`). The words (listing, recheck, racy, fast, clean,
+all_hits, rules_clean, virtual) are defined in statcache.py's glossary. With the
+`ckpt.checkpoints.scan` logger at DEBUG, every decision is logged: a file read again and why
+(`FileRow.mismatch`), a file trusted, a directory reused whole or looked into.
+
 The scan never modifies the workspace. It writes objects and returns the new stat cache; the
-caller (the service) decides when the cache is saved and the record committed.
+caller (the service) decides when the cache is saved and the record committed. What a restore
+teaches the cache is not here but in statcache_restore.py.
 """
 
 from __future__ import annotations
@@ -87,6 +95,7 @@ _TOMB = int(EntryKind.TOMBSTONE)
 _KIND_OF = {int(kind): kind for kind in EntryKind}  # EntryKind(n) costs an enum call per entry
 _TREE_KIND = EntryKind.TREE
 RulesFactory = Callable[[], "IgnoreRules"]
+_NO_NAMES: list[bytes] = []  # never changed: the names of a listing kept with none
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,7 +321,7 @@ class _Scanner:
         that does not hold: no such listing, the rules here may have changed (an ignore file
         is among the changes, here or above), or a name to look at vanished since the walk."""
         if cached.listing:
-            base_listing, racy = cached.listing, list[bytes]()
+            base_listing, racy = cached.listing, _NO_NAMES
         elif cached.recheck is not None:
             base_listing, racy = cached.recheck
         else:

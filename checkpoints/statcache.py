@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import operator
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -145,12 +146,15 @@ def make_row(name: bytes, kind: int, st: StatLike, ref: bytes | None,
                    st.st_mode, ref, is_racy(st.st_mtime_ns, scan_start_ns))
 
 
+# A FileRow from the sequence of its nine fields, unchecked: one C call, where the class's own
+# constructor is a Python function (the scan makes one per entry of every directory it reads).
+row_of: Callable[[Iterable[Any]], FileRow] = functools.partial(tuple.__new__, FileRow)
 _TREE_KIND = 4  # EntryKind.TREE
 
 
 def tree_row(name: bytes, tree: bytes | None, size: int) -> FileRow:
     """The row of a subdirectory: its tree id and the file bytes below it, no stat."""
-    return FileRow(name, _TREE_KIND, size, 0, 0, 0, 0, tree, False)
+    return row_of((name, _TREE_KIND, size, 0, 0, 0, 0, tree, False))
 
 
 def decode_rows(raw: object) -> list[FileRow]:
@@ -158,12 +162,15 @@ def decode_rows(raw: object) -> list[FileRow]:
     if not isinstance(raw, list):
         raise CorruptObject(None, "stat cache: bad rows")  # checksummed: not expected
     try:
-        return list(map(_row_of, raw))
+        rows = list(map(row_of, raw))
     except TypeError:
-        raise CorruptObject(None, "stat cache: bad row") from None
+        rows = []
+    if len(rows) != len(raw) or any(len(row) != _ROW_FIELDS for row in rows):
+        raise CorruptObject(None, "stat cache: bad row")
+    return rows
 
 
-_row_of = FileRow._make
+_ROW_FIELDS = len(FileRow._fields)
 
 # A row's name, as a sort key: a C callable, since sorting a directory's rows calls it per row.
 row_name: Callable[[FileRow], bytes] = operator.itemgetter(0)
@@ -410,7 +417,7 @@ class _OtherVersion(Exception):
 
 
 def _checked_body(data: bytes) -> memoryview | None:
-    """What precedes the trailing BLAKE3 of a cache file (a view: 11 MB not copied), or None
+    """What precedes the trailing BLAKE3 of a cache file (a view: a large cache is not copied), or None
     if the digest does not match it (damaged or truncated)."""
     body = memoryview(data)[:-OID_SIZE]
     if len(data) <= OID_SIZE or hash_bytes(body) != data[-OID_SIZE:]:

@@ -47,6 +47,7 @@ _LINK = int(EntryKind.SYMLINK)
 _TREE = int(EntryKind.TREE)
 # (path, kind, stat after the rename, ref) of each file or link a restore wrote.
 Written = tuple[bytes, int, StatLike, bytes]
+_NO_NAMES: list[bytes] = []  # never changed: the names of a listing kept with none
 
 
 def record_restore(cache: StatCache, load: Callable[[ObjectId], Tree], target: ObjectId,
@@ -101,8 +102,9 @@ def _restored_listings(cache: StatCache, written: Sequence[Written],
         record = cache.dirs.get(key)
         if record is None or NOT_SETTLED in record.ignores:
             continue
+        racy: list[bytes] = []
         if record.listing:
-            base, racy = record.listing, list[bytes]()
+            base = record.listing
         elif record.recheck is not None:
             base, racy = record.recheck
         else:
@@ -219,7 +221,7 @@ def record_restored(cache: StatCache, written: Iterable[Written],
                 if r.name not in written_here and r.name not in removed_here]
         rows.extend(written_here.values())
         rows.sort(key=row_name)
-        listing, racy = record.listing, list[bytes]()
+        listing, racy = record.listing, _NO_NAMES
         if record.recheck is not None:
             listing, racy = record.recheck
         record.rows = rows
