@@ -274,7 +274,7 @@ class _Scanner:
         self.new_cache.dirs.take(self.cache.dirs, keys)
         if self.log is not None:
             for key in keys:
-                self.log.debug("%s/: listing unchanged, directory reused whole", _show(key))
+                self.log.debug("reused %s/ whole: listing unchanged", _show(key))
         for key in keys:
             node = self._nodes.get(key)
             if node is not None:  # a start: its cached record stands for it
@@ -374,7 +374,7 @@ class _Scanner:
                     node.children[name] = child
                     following.append(child)
         if self.log is not None:
-            self.log.debug("%s/: listing changed, reading %d entries that differ (%d gone)",
+            self.log.debug("looked into %s/: listing changed, %d entries differ, %d gone",
                            _show(node.key), len(look), dropped)
         node.ignores = cached.ignores
         node.ignored = [name for name in cached.ignored
@@ -409,8 +409,8 @@ class _Scanner:
         same_rules = (node.rules_clean and cached is not None and ignores == cached.ignores
                       and NOT_SETTLED not in ignores)
         if self.log is not None:
-            self.log.debug("%s/: %s, reading every entry", _show(node.key),
-                           "no cached record" if cached is None else "listing changed")
+            self.log.debug("read %s/ whole: %s", _show(node.key),
+                           "not in the cache" if cached is None else "no usable cached listing")
         # Then a name the cache kept (or left out) is decided as it was, without the rules.
         known_out = set(cached.ignored) if same_rules and cached is not None else None
         hits = self._read_entries(node, entries, cached_rows, known_out, following)
@@ -468,7 +468,7 @@ class _Scanner:
                 rows.append(row)
                 hits += 1
                 if log is not None:
-                    log.debug("%s: trusted, stat unchanged", _show(prefix + name))
+                    log.debug("trusted %s: stat unchanged", _show(prefix + name))
                 continue
             if log is not None:
                 _explain_miss(log, prefix + name, row, entry)
@@ -600,7 +600,7 @@ class _Scanner:
         the common case of a no-change snapshot, with no entry objects and no encoding."""
         node.built = cached.summary()
         if self.log is not None:
-            self.log.debug("%s/: tree id kept (%s)", _show(node.key), node.state.value)
+            self.log.debug("kept tree id of %s/ (%s)", _show(node.key), node.state.value)
         if node.state is not DirState.UNCHANGED:
             kept = cached.rows if node.reread is None else self._kept_rows(node)
             listing, recheck = self._listing_state(node, kept)
@@ -628,7 +628,7 @@ class _Scanner:
             node.rows = list(cached.rows)
             node.ignores, node.ignored = cached.ignores, cached.ignored
         if self.log is not None:
-            self.log.debug("%s/: tree built again (%s)", _show(node.key), node.state.value)
+            self.log.debug("built tree of %s/ (%s)", _show(node.key), node.state.value)
         # The entries of the tree this directory had, if the store holds it decoded (a
         # long-lived service: it built or read it): a turn changes one entry or two of a
         # directory it rebuilds, and an equal entry reused is cheaper than a new one.
@@ -760,10 +760,10 @@ def _explain_miss(log: logging.Logger, key: bytes, row: FileRow | None,
                   entry: ListedEntry) -> None:
     """Log why a file is read again (only called with debug logs on)."""
     if row is None:
-        log.debug("%s: read, no cached row", _show(key))
+        log.debug("read %s: not in the cache", _show(key))
     else:
-        log.debug("%s: read again, %s", _show(key),
-                  row.mismatch(entry) or "size limit or id not in the store")
+        log.debug("re-read %s: %s", _show(key),
+                  row.mismatch(entry) or "size limit, or its id is not in the store")
 
 
 def scan_workspace(

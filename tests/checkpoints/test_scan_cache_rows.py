@@ -142,27 +142,27 @@ def test_the_debug_log_says_why_each_file_is_read_again_or_trusted(
     with closing(ObjectStore.init(str(tmp_path / "store"))) as store:
         # The scan starts 1 ms after racy.txt's mtime: its row is racy.
         _, cache = _scan(root, store, StatCache(), PAST_NS + 9 * 10**9 + 1_000_000)
-        assert "grows.txt: read, no cached row" in _messages(caplog)
+        assert "read grows.txt: not in the cache" in _messages(caplog)
         work.write("grows.txt", b"AAAAA", mtime_ns=PAST_NS)  # one byte more, same mtime
         work.write("touched.txt", b"bbbb", mtime_ns=PAST_NS + 10**9)  # same size, new mtime
 
         second, cache = _scan(root, store, cache, PAST_NS + 20 * 10**9)
         messages = _messages(caplog)
         assert second.hashed == 3
-        assert "grows.txt: read again, size changed" in messages
-        assert "touched.txt: read again, mtime changed" in messages
-        assert "sub/racy.txt: read again, racy" in messages
+        assert "re-read grows.txt: size changed" in messages
+        assert "re-read touched.txt: mtime changed" in messages
+        assert "re-read sub/racy.txt: racy" in messages
         # The root is read in part: same.txt is not even looked at.
-        assert "./: listing changed, reading 2 entries that differ (0 gone)" in messages
-        assert not [m for m in messages if m.startswith("same.txt")]
+        assert "looked into ./: listing changed, 2 entries differ, 0 gone" in messages
+        assert not [m for m in messages if "same.txt" in m]
         # A directory with no listing to compare with is read whole: each file is decided.
-        assert "odd/: listing changed, reading every entry" in messages
-        assert "odd/kept.txt: trusted, stat unchanged" in messages
+        assert "read odd/ whole: no usable cached listing" in messages
+        assert "trusted odd/kept.txt: stat unchanged" in messages
 
         third, _ = _scan(root, store, cache, PAST_NS + 30 * 10**9)
         messages = _messages(caplog)
         assert third.hashed == 0 and third.tree == second.tree
-        assert not [m for m in messages if "read again" in m]
+        assert not [m for m in messages if m.startswith("re-read")]
 
 
 def test_the_log_is_asked_once_per_scan_and_is_off_by_default(tmp_path: Path) -> None:
@@ -189,5 +189,5 @@ def test_the_debug_log_says_which_directories_are_reused_whole(
         second, _ = _scan(root, store, cache, time.time_ns())
         messages = _messages(caplog)
     assert second.tree == first.tree and second.hashed == 0
-    assert sorted(messages) == ["./: listing unchanged, directory reused whole",
-                                "sub/: listing unchanged, directory reused whole"]
+    assert sorted(messages) == ["reused ./ whole: listing unchanged",
+                                "reused sub/ whole: listing unchanged"]
