@@ -114,10 +114,10 @@ def _compile(source: str) -> re.Pattern[str]:
 
 
 # pathspec's translation of each pattern line seen: [regex source, include] (either None for
-# blanks and comments), or None for a line it rejects. Importing pathspec costs ~55 ms, about
-# what a whole no-change snapshot of the Linux tree costs in Python, and a snapshot after a turn
-# that adds a file needs the rules; so the translations are kept between processes (the caller
-# stores them, see `reuse_translations`) and pathspec is imported only for a line never seen.
+# blanks and comments), or None for a line it rejects. Importing pathspec costs more than a
+# whole no-change snapshot of a large tree, and a snapshot after a turn that adds a file needs
+# the rules; so the translations are kept between processes (the caller stores them, see
+# `reuse_translations`) and pathspec is imported only for a line never seen.
 Translation = list[Any] | None
 _translations: dict[str, Translation] = {}
 _KEPT_TRANSLATIONS: Final = 20_000  # more lines than that are translated but not remembered

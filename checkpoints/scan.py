@@ -14,50 +14,58 @@ Three phases, so the walk and compression can use every core without the GIL:
 3. build: directories bottom-up; a directory whose rows and subtrees all match the cache keeps
    its cached tree id without being re-encoded, so an unchanged subtree costs one listing.
 
+Each directory is a `_Dir` whose `DirState` says how the walk saw it (unchanged, read in part,
+read whole, unreadable, or virtual in a paths scope); the build keeps its cached tree id
+(`_reuse`) or builds it again (`_rebuild`). The words (listing, recheck, racy, fast, clean,
+all_hits, rules_clean, virtual) are defined in statcache.py's glossary. With the
+`ckpt.checkpoints.scan` logger at DEBUG, every decision is logged: a file read again and why
+(`FileRow.mismatch`), a file trusted, a directory reused whole or looked into.
+
 The scan never modifies the workspace. It writes objects and returns the new stat cache; the
-caller (the service) decides when the cache is saved and the record committed.
+caller (the service) decides when the cache is saved and the record committed. What a restore
+teaches the cache is not here but in statcache_restore.py.
 """
 
 from __future__ import annotations
 
-import bisect
+import logging
 import os
 import stat as statmod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from enum import Enum
+from typing import TYPE_CHECKING
 
 from ckpt.checkpoints.dirlisting import (
     Known,
     ListedEntry,
     MaybeNames,
     iter_listing,
+    listed_entry,
     listing_changes,
-    patch_listing,
     walk_dirs,
 )
 from ckpt.checkpoints.model import SkippedPath
 from ckpt.checkpoints.paths import RelPath, ancestors, parse_relpath
 from ckpt.checkpoints.statcache import (
-    CTIME,
-    INO,
-    KIND,
-    MODE,
-    MTIME,
-    NAME,
+    IGNORE_FILES,
     NOT_SETTLED,
-    RACY,
-    REF,
-    SIZE,
     DirRecord,
-    Row,
+    DirSummary,
+    FileRow,
+    Recheck,
     StatCache,
     StatLike,
+    bare_name,
     is_racy,
     make_row,
-    record_restored,
     row_name,
-    same_stat,
+    tree_row,
+)
+
+# Kept for service.py, which imports it from here; its home is statcache_restore.py.
+from ckpt.checkpoints.statcache_restore import (
+    record_restore as record_restore,  # noqa: PLC0414 (an explicit re-export, for mypy)
 )
 from ckpt.objstore import (
     ContentChanged,
@@ -70,8 +78,12 @@ from ckpt.objstore import (
     make_entry,
 )
 
-if TYPE_CHECKING:  # pathspec costs ~60 ms to import: only snapshots pay for it
+if TYPE_CHECKING:  # pathspec is dear to import: only snapshots that decide a name pay for it
     from ckpt.checkpoints.ignore import DirRules, IgnoreRules
+
+# Explains the cache's decisions (why a file is read again or trusted, why a directory is taken
+# whole or looked into) at DEBUG. A scan asks once whether it is on (`_Scanner.log`).
+logger = logging.getLogger("ckpt.checkpoints.scan")
 
 ProgressFn = Callable[[str, int, int], None]  # (stage, done, total)
 _CHANGED_RETRIES = 3
@@ -82,8 +94,8 @@ _TREE = int(EntryKind.TREE)
 _TOMB = int(EntryKind.TOMBSTONE)
 _KIND_OF = {int(kind): kind for kind in EntryKind}  # EntryKind(n) costs an enum call per entry
 _TREE_KIND = EntryKind.TREE
-_IGNORE_FILES = (b".gitignore", b".ckptignore")  # as ignore.py reads them
 RulesFactory = Callable[[], "IgnoreRules"]
+_NO_NAMES: list[bytes] = []  # never changed: the names of a listing kept with none
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,40 +124,63 @@ class ScanResult:
     dirs_unchanged: int = 0  # directories whose listing matched the cache: entries not looked at
 
 
+class DirState(Enum):
+    """How the walk saw a directory, which decides how the build treats it."""
+
+    PENDING = "pending"  # not listed yet
+    UNCHANGED = "unchanged"  # listing equal to the cached one ("fast"): rows are the record's
+    READ_IN_PART = "read in part"  # only what differs from a listing its record describes
+    READ_WHOLE = "read whole"  # every entry looked at
+    UNREADABLE = "unreadable"  # could not be listed: skipped, built empty
+    VIRTUAL = "virtual"  # paths scope: an ancestor of tracked paths, holding only those
+
+
 @dataclass(slots=True)
 class _Dir:
+    """One directory of a scan, from the walk to the build. `all_hits` and `clean` only ever
+    go from True to False while it is read; `built` is set once by the build."""
+
     key: bytes  # b"" for the root, else the relative path
     fs_path: bytes
-    rows: list[Row] = field(default_factory=list)
-    children: dict[bytes, _Dir] = field(default_factory=dict)  # subdirectory name -> node
-    all_hits: bool = True
-    virtual: bool = False  # paths scope: an ancestor of tracked paths, holding only those
-    tree: ObjectId | None = None
-    size: int = 0
-    files: int = 0
-    leaves: int = 0  # files and symlinks below; -1: unknown
     parent: _Dir | None = None
+    state: DirState = DirState.PENDING
+    rows: list[FileRow] = field(default_factory=list)
+    children: dict[bytes, _Dir] = field(default_factory=dict)  # subdirectory name -> node
+    # Every entry matched a cached row and no name came or went (see statcache's glossary).
+    all_hits: bool = True
+    clean: bool = True  # nothing skipped or vanished here: its listing may be remembered
     rules: DirRules | None = None  # computed on demand (see _Scanner._rules_of)
     # The rules in force here are the ones the cached record was made under: unchanged
     # settings, and no ignore file changed in this directory's ancestors.
     rules_clean: bool = False
     listing: bytes | None = None
     newest: int = 0  # newest mtime/ctime in the listing
-    fast: bool = False  # the listing equals the cached one: rows are the cached record's
-    clean: bool = True  # nothing skipped or vanished here: its listing may be remembered
     ignores: list[object] = field(default_factory=list)  # listing entries of its ignore files
     ignored: list[bytes] = field(default_factory=list)  # names the rules left out ("/": dirs)
-    # Read in part (_read_changes) with the cached names: (cached row, row read again) of each
-    # entry looked at; at build they decide if the tree id still holds.
-    recheck: list[tuple[Row, Row]] | None = None
+    # Read in part: (cached row, index in `rows` of the row read again) of each entry looked
+    # at; at build they decide if the tree id still holds.
+    reread: list[tuple[FileRow, int]] | None = None
+    built: DirSummary | None = None  # its tree id and what lies below, once built
+
+    @property
+    def tree(self) -> ObjectId:
+        assert self.built is not None  # children are built before their parents
+        return ObjectId(self.built.tree)
 
 
 @dataclass(slots=True)
 class _Job:
+    """A file to hash: its row is `node.rows[index]` until the result replaces it."""
+
     key: bytes
-    row: Row
     fs_path: bytes
     node: _Dir
+    index: int
+
+
+def _show(key: bytes) -> str:
+    """A key as a debug log shows it (the root as ".")."""
+    return os.fsdecode(key) if key else "."
 
 
 class _Scanner:
@@ -164,6 +199,8 @@ class _Scanner:
         self.options = options
         self.start_ns = scan_start_ns
         self.progress = progress
+        # Asked once per scan, so that a scan with debug logs off pays one test per decision.
+        self.log = logger if logger.isEnabledFor(logging.DEBUG) else None
         self.jobs: list[_Job] = []
         self.skipped: list[SkippedPath] = []
         self.new_objects = 0
@@ -213,11 +250,7 @@ class _Scanner:
             for key, outcome in reports:
                 node = nodes.get(key) or self._reached(key)
                 if isinstance(outcome, int):
-                    node.all_hits = False
-                    if node.key:
-                        self._skip(node.key, f"unreadable: {os.strerror(outcome)}", node)
-                    else:
-                        raise OSError(outcome, os.strerror(outcome), os.fsdecode(node.fs_path))
+                    self._unreadable(node, outcome)
                     continue
                 node.listing, node.newest = outcome
                 cached = self.cache.dirs.get(node.key)
@@ -228,11 +261,20 @@ class _Scanner:
             pending = following
         return sorted(nodes.values(), key=_depth)
 
+    def _unreadable(self, node: _Dir, errno: int) -> None:
+        node.state, node.all_hits = DirState.UNREADABLE, False
+        if not node.key:
+            raise OSError(errno, os.strerror(errno), os.fsdecode(node.fs_path))
+        self._skip(node.key, f"unreadable: {os.strerror(errno)}", node)
+
     def _take_unchanged(self, keys: list[bytes]) -> None:
         """Directories whose listing is the cached one (same entries, same stats, same rules):
         every directory of a no-change snapshot."""
         self.dirs_unchanged += len(keys)
         self.new_cache.dirs.take(self.cache.dirs, keys)
+        if self.log is not None:
+            for key in keys:
+                self.log.debug("reused %s/ whole: listing unchanged", _show(key))
         for key in keys:
             node = self._nodes.get(key)
             if node is not None:  # a start: its cached record stands for it
@@ -255,7 +297,7 @@ class _Scanner:
         record's, and so is its listing, which stays true if a change below makes the build
         rebuild it (without it the new record would lose the listing, the next scan the
         shortcut). Taken from the walk's table, so that the record is not decoded for it."""
-        node.fast, node.listing = True, self._known[node.key][0]
+        node.state, node.listing = DirState.UNCHANGED, self._known[node.key][0]
 
     def _rules_of(self, node: _Dir) -> DirRules:
         rules = node.rules
@@ -271,85 +313,104 @@ class _Scanner:
             node.rules = rules
         return rules
 
-    def _read_changes(self, node: _Dir, cached: DirRecord, following: list[_Dir]) -> bool:
-        """Look only at what differs from a listing the cached record describes (its whole
-        listing, or the one kept aside with the names of files too new to be trusted): the
-        entries that changed, and those names. Every other entry keeps its cached row, so a
-        turn's edits cost a look at the edited entries, not at every entry of the directories
-        they touched. False, with nothing done, where this does not hold: no such listing, the
-        rules here may have changed (an ignore file is among the changes, here or above), or a
-        name to look at vanished since the walk."""
+    def _changes_to_read(self, node: _Dir, cached: DirRecord
+                         ) -> tuple[dict[bytes, ListedEntry], set[bytes]] | None:
+        """(entries to look at by name, names gone) of a directory whose cached record
+        describes an earlier listing (its whole listing, or the one kept aside with the names
+        too new to be trusted): the entries that differ from it, and those names. None where
+        that does not hold: no such listing, the rules here may have changed (an ignore file
+        is among the changes, here or above), or a name to look at vanished since the walk."""
         if cached.listing:
-            base_listing, racy = cached.listing, []
+            base_listing, racy = cached.listing, _NO_NAMES
         elif cached.recheck is not None:
             base_listing, racy = cached.recheck
         else:
-            return False
+            return None
         if not (self.shortcuts and node.rules_clean) or NOT_SETTLED in cached.ignores:
-            return False
+            return None
         assert node.listing is not None
         try:
             changed, gone = listing_changes(base_listing, node.listing)
         except ValueError:  # checksummed, so not expected: decide every entry again
-            return False
+            return None
         look = {fields[0]: ListedEntry(*fields) for fields in changed}
         gone_names = set(gone)
         base = node.fs_path + b"/"
         for name in racy:
             if name not in look and name not in gone_names:
                 try:
-                    look[name] = _listed(name, os.lstat(base + name))
+                    look[name] = listed_entry(name, os.lstat(base + name))
                 except OSError:
-                    return False
-        if any(name in look or name in gone_names for name in _IGNORE_FILES):
+                    return None
+        if any(name in look or name in gone_names for name in IGNORE_FILES):
+            return None
+        return look, gone_names
+
+    def _read_changes(self, node: _Dir, cached: DirRecord, following: list[_Dir]) -> bool:
+        """Look only at what differs from a listing the cached record describes (see
+        `_changes_to_read`). Every other entry keeps its cached row, so a turn's edits cost a
+        look at the edited entries, not at every entry of the directories they touched. False,
+        with nothing done, where this does not hold."""
+        changes = self._changes_to_read(node, cached)
+        if changes is None:
             return False
+        look, gone_names = changes
+        node.state = DirState.READ_IN_PART
         prefix = node.key + b"/" if node.key else b""
+        base = node.fs_path + b"/"
         rows = node.rows
-        old_rows: dict[bytes, Row] = {}
+        old_rows: dict[bytes, FileRow] = {}
         dropped = 0
         for row in cached.rows:
-            name = row[NAME]
+            name = row.name
             if name in look:
                 old_rows[name] = row
             elif name in gone_names:
                 dropped += 1
             else:
                 rows.append(row)
-                if row[KIND] == _TREE:
+                if row.kind == _TREE:
                     child = _Dir(prefix + name, base + name, parent=node)
                     node.children[name] = child
                     following.append(child)
+        if self.log is not None:
+            self.log.debug("looked into %s/: listing changed, %d entries differ, %d gone",
+                           _show(node.key), len(look), dropped)
         node.ignores = cached.ignores
         node.ignored = [name for name in cached.ignored
-                        if _bare(name) not in look and _bare(name) not in gone_names]
+                        if bare_name(name) not in look and bare_name(name) not in gone_names]
         first_new = len(rows)
         entries = [look[name] for name in sorted(look)]
         self._read_entries(node, entries, old_rows, set(cached.ignored), following)
         for child in node.children.values():  # no ignore file changed here or above
             child.rules_clean = True
-        pairs = [(old_rows.get(row[NAME]), row) for row in rows[first_new:]]
-        if dropped or len(pairs) != len(old_rows) or any(old is None for old, _row in pairs):
+        # Rows stay in this order until the hash is done (jobs know their rows by index).
+        pairs = [(old_rows.get(rows[index].name), index) for index in range(first_new, len(rows))]
+        if dropped or len(pairs) != len(old_rows) or any(old is None for old, _at in pairs):
             node.all_hits = False  # other names than the cached ones: the tree is built again
         else:
-            node.recheck = [(old, row) for old, row in pairs if old is not None]
-        rows.sort(key=row_name)
-        node.ignored.sort(key=_bare)
+            node.reread = [(old, index) for old, index in pairs if old is not None]
+        node.ignored.sort(key=bare_name)
         return True
 
     def _read_dir(self, node: _Dir, cached: DirRecord | None, following: list[_Dir]) -> None:
         assert node.listing is not None
-        cached_rows = {row[NAME]: row for row in cached.rows} if cached is not None else {}
+        node.state = DirState.READ_WHOLE
+        cached_rows = {row.name: row for row in cached.rows} if cached is not None else {}
         entries = list(iter_listing(node.listing))
         start = self.start_ns
         ignores: list[object] = [
             NOT_SETTLED if is_racy(max(entry.st_mtime_ns, entry.st_ctime_ns), start)
             else list(entry)
-            for entry in entries if entry.name in _IGNORE_FILES
+            for entry in entries if entry.name in IGNORE_FILES
         ]
         node.ignores = ignores
         # The rules in force here are the cached scan's if no ignore file changed here or above.
         same_rules = (node.rules_clean and cached is not None and ignores == cached.ignores
                       and NOT_SETTLED not in ignores)
+        if self.log is not None:
+            self.log.debug("read %s/ whole: %s", _show(node.key),
+                           "not in the cache" if cached is None else "no usable cached listing")
         # Then a name the cache kept (or left out) is decided as it was, without the rules.
         known_out = set(cached.ignored) if same_rules and cached is not None else None
         hits = self._read_entries(node, entries, cached_rows, known_out, following)
@@ -362,17 +423,18 @@ class _Scanner:
         )
 
     def _read_entries(self, node: _Dir, entries: Sequence[ListedEntry],
-                      cached_rows: dict[bytes, Row], known_out: set[bytes] | None,
+                      cached_rows: dict[bytes, FileRow], known_out: set[bytes] | None,
                       following: list[_Dir]) -> int:
         """Add `entries` to `node`: rows (a cached one where the stat matches), subdirectories
         to walk, files to hash, names left out. Returns how many matched a cached row."""
         # The hot loop of a snapshot of changed directories: for an unchanged file nothing but
-        # a dict lookup and a field-by-field comparison (inlined on purpose).
+        # a dict lookup and `FileRow.matches`.
         prefix = node.key + b"/" if node.key else b""
         base = node.fs_path + b"/"
         rows = node.rows
         limit = self.options.max_file_size
         verify = self.cache.needs_verification
+        log = self.log
         hits = 0
         for entry in entries:
             name = entry.name
@@ -383,42 +445,39 @@ class _Scanner:
                 continue
             is_dir = statmod.S_ISDIR(mode)
             row = cached_rows.get(name)
-            if known_out is not None and row is not None and (row[KIND] == _TREE) == is_dir:
+            if known_out is not None and row is not None and (row.kind == _TREE) == is_dir:
                 pass  # kept last time under the same rules
-            elif known_out is not None and (name + b"/" if is_dir else name) in known_out:
-                node.ignored.append(name + b"/" if is_dir else name)
-                continue
-            elif self._rules_of(node).is_ignored(name, is_dir=is_dir):
-                node.ignored.append(name + b"/" if is_dir else name)
+            elif (known_out is not None and (name + b"/" if is_dir else name) in known_out) \
+                    or self._rules_of(node).is_ignored(name, is_dir=is_dir):
+                node.ignored.append(name + b"/" if is_dir else name)  # as cached, or by the rules
                 continue
             if is_dir:
                 child = _Dir(prefix + name, base + name, parent=node)
                 node.children[name] = child
-                rows.append([name, _TREE, 0, 0, 0, 0, 0, b"", False])
-                if row is not None and row[KIND] == _TREE:
+                rows.append(tree_row(name, b"", 0))
+                if row is not None and row.kind == _TREE:
                     hits += 1
                 following.append(child)
                 continue
             if (
                 row is not None
-                and row[MTIME] == entry.st_mtime_ns
-                and row[SIZE] == entry.st_size
-                and row[CTIME] == entry.st_ctime_ns
-                and row[INO] == entry.st_ino
-                and row[MODE] == mode  # the mode also fixes the kind and exec bit
-                and not row[RACY]
+                and row.matches(entry)
                 and (not limit or entry.st_size <= limit)
                 and (not verify or self._trusted_row(row))
             ):
                 rows.append(row)
                 hits += 1
+                if log is not None:
+                    log.debug("trusted %s: stat unchanged", _show(prefix + name))
                 continue
+            if log is not None:
+                _explain_miss(log, prefix + name, row, entry)
             self._add_leaf(node, name, prefix + name, base + name, entry)
         return hits
 
     def _add_leaf(
         self, node: _Dir, name: bytes, key: bytes, fs_path: bytes,
-        st: StatLike, cached: Row | None = None,
+        st: StatLike, cached: FileRow | None = None,
     ) -> None:
         mode = st.st_mode
         if statmod.S_ISREG(mode):
@@ -434,7 +493,7 @@ class _Scanner:
             node.all_hits = False
             self._skip(key, "special", node)
             return
-        if cached is not None and same_stat(cached, kind, st) and self._trusted_row(cached):
+        if cached is not None and cached.matches(st) and self._trusted_row(cached):
             node.rows.append(cached)
             return
         node.all_hits = False
@@ -446,12 +505,11 @@ class _Scanner:
                 return
             node.rows.append(make_row(name, kind, st, target, self.start_ns))
             return
-        row = make_row(name, kind, st, b"", self.start_ns)
-        node.rows.append(row)
-        self.jobs.append(_Job(key, row, fs_path, node))
+        self.jobs.append(_Job(key, fs_path, node, len(node.rows)))
+        node.rows.append(make_row(name, kind, st, b"", self.start_ns))
 
-    def _trusted_row(self, row: Row) -> bool:
-        return row[KIND] == _LINK or self._trusted(row[REF])
+    def _trusted_row(self, row: FileRow) -> bool:
+        return row.kind == _LINK or self._trusted(row.ref or b"")
 
     # -- phase 2 ---------------------------------------------------------------------
 
@@ -462,9 +520,8 @@ class _Scanner:
         total = len(jobs)
         # One Python thread reads, hashes and stores; the store compresses batches of new
         # objects on native threads that never take the GIL (`threads`, or by default one per
-        # core but the one this thread keeps busy). A Python thread pool calling put_file per
-        # file paid a GIL hand-off per syscall (kernel tree: 16 s CPU instead of 9) and held a
-        # Future per job (~100 MB of RSS for 78k files).
+        # core but the one this thread keeps busy): a Python thread per file would pay a GIL
+        # hand-off per syscall and hold a Future per job.
         paths = (job.fs_path for job in jobs)
         results = self.store.put_files(paths, threads=self.options.threads)
         progress = self.progress
@@ -487,25 +544,29 @@ class _Scanner:
                 result = exc
             self._settle(job, result)
             return
-        job.row[REF] = None
+        self._unread(job)
         self._skip(job.key, "changed", job.node)
+
+    @staticmethod
+    def _unread(job: _Job) -> None:
+        """The job's file is not part of this state: its row is dropped at build."""
+        rows = job.node.rows
+        rows[job.index] = rows[job.index]._replace(ref=None)
 
     def _settle(self, job: _Job, result: PutResult | OSError) -> None:
         """Record what storing a job's file gave: its id and stat, or why it is left out."""
-        row = job.row
         if isinstance(result, FileNotFoundError):
-            row[REF] = None  # vanished: not part of this state; dropped at build
+            self._unread(job)  # vanished
             job.node.clean = False
         elif isinstance(result, OSError):
-            row[REF] = None
+            self._unread(job)
             self._skip(job.key, f"unreadable: {result.strerror}", job.node)
         else:
-            st = result.stat
+            rows = job.node.rows
             # Remember the stat of the content actually stored, not the earlier lstat.
-            row[2:7] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode]
-            row[REF] = result.oid
-            row[RACY] = is_racy(st.st_mtime_ns, self.start_ns)
-            self.settled_rows += not row[RACY]
+            row = rows[job.index] = make_row(rows[job.index].name, rows[job.index].kind,
+                                             result.stat, result.oid, self.start_ns)
+            self.settled_rows += not row.racy
             if result.is_new:
                 self.new_objects += 1
                 self.new_bytes += result.stored_bytes
@@ -517,126 +578,155 @@ class _Scanner:
             self._build_dir(node)
 
     def _build_dir(self, node: _Dir) -> None:
-        if node.fast and not node.children and not node.virtual and self._taken_whole(node):
+        """Give `node` its tree id: the cached one where nothing in it changed (`_reuse`),
+        else a tree built from its rows (`_rebuild`)."""
+        state = node.state
+        if state is DirState.UNCHANGED and not node.children and self._taken_whole(node):
             return
-        cached = None if node.virtual else self.cache.dirs.get(node.key)
-        if node.recheck is not None:  # read in part: unchanged if what was read is as before
+        cached = None if state is DirState.VIRTUAL else self.cache.dirs.get(node.key)
+        if node.reread is not None:  # read in part: unchanged if what was read is as before
+            rows = node.rows
             node.all_hits = node.clean and all(
-                old[KIND] == row[KIND] and (row[KIND] == _TREE or old[REF] == row[REF])
-                for old, row in node.recheck)
-        if (node.fast or node.all_hits) and cached is not None and cached.tree \
-                and self._unchanged(node, cached):
-            # The common case of a no-change snapshot: no entry objects, no encoding.
-            node.tree, node.size, node.files = ObjectId(cached.tree), cached.size, cached.files
-            node.leaves = cached.leaves
-            if not node.fast:
-                kept = cached.rows if node.recheck is None else self._kept_rows(node)
-                listing, recheck = self._listing_state(node, kept)
-                if listing != cached.listing or recheck != cached.recheck \
-                        or node.ignored != cached.ignored or node.ignores != cached.ignores \
-                        or node.recheck:
-                    # Kept in memory; a changed listing is not worth a cache write of its own
-                    # (the root's changes whenever the store inside it does), but one that has
-                    # just settled (after a restore or a turn) is: every later scan gets the
-                    # shortcut.
-                    self.settled_listings += bool(listing and not cached.listing)
-                    self.new_cache.dirs[node.key] = DirRecord(
-                        cached.tree, cached.size, cached.files, kept, listing=listing,
-                        ignores=node.ignores, subdirs=cached.subdirs, ignored=node.ignored,
-                        leaves=cached.leaves, recheck=recheck)
-                    return
-            # As read, so it is saved as read: no re-encoding (~0.1 ms per directory).
-            self.new_cache.dirs.take(self.cache.dirs, (node.key,))
-            return
-        if node.fast:
+                old.kind == rows[at].kind and (old.kind == _TREE or old.ref == rows[at].ref)
+                for old, at in node.reread)
+        if (state is DirState.UNCHANGED or node.all_hits) and cached is not None \
+                and cached.tree and self._unchanged(node, cached):
+            self._reuse(node, cached)
+        else:
+            self._rebuild(node, cached)
+
+    def _reuse(self, node: _Dir, cached: DirRecord) -> None:
+        """Keep the cached tree id of a directory whose rows and subtrees all match the cache:
+        the common case of a no-change snapshot, with no entry objects and no encoding."""
+        node.built = cached.summary()
+        if self.log is not None:
+            self.log.debug("kept tree id of %s/ (%s)", _show(node.key), node.state.value)
+        if node.state is not DirState.UNCHANGED:
+            kept = cached.rows if node.reread is None else self._kept_rows(node)
+            listing, recheck = self._listing_state(node, kept)
+            if listing != cached.listing or recheck != cached.recheck \
+                    or node.ignored != cached.ignored or node.ignores != cached.ignores \
+                    or node.reread:
+                # Kept in memory; a changed listing is not worth a cache write of its own
+                # (the root's changes whenever the store inside it does), but one that has
+                # just settled (after a restore or a turn) is: every later scan gets the
+                # shortcut.
+                self.settled_listings += bool(listing and not cached.listing)
+                self.new_cache.dirs[node.key] = DirRecord(
+                    cached.tree, cached.size, cached.files, kept, listing=listing,
+                    ignores=node.ignores, subdirs=cached.subdirs, ignored=node.ignored,
+                    leaves=cached.leaves, recheck=recheck)
+                return
+        # As read, so it is saved as read: no re-encoding.
+        self.new_cache.dirs.take(self.cache.dirs, (node.key,))
+
+    def _rebuild(self, node: _Dir, cached: DirRecord | None) -> None:
+        """Build the tree of a directory from its rows (the cached ones where the walk found it
+        unchanged but a subdirectory changed) and store it, with its new record."""
+        if node.state is DirState.UNCHANGED:
             assert cached is not None  # a subdirectory changed: rebuild from the cached rows
             node.rows = list(cached.rows)
             node.ignores, node.ignored = cached.ignores, cached.ignored
-        rows: list[Row] = []
-        entries: list[TreeEntry] = []
-        size = files = leaves = 0
+        if self.log is not None:
+            self.log.debug("built tree of %s/ (%s)", _show(node.key), node.state.value)
         # The entries of the tree this directory had, if the store holds it decoded (a
         # long-lived service: it built or read it): a turn changes one entry or two of a
-        # directory it rebuilds, and an equal entry reused costs a fifth of a new one.
+        # directory it rebuilds, and an equal entry reused is cheaper than a new one.
         previous_tree = self.store.cached_tree(ObjectId(cached.tree)) \
             if cached is not None and cached.tree else None
         previous = {e.name: e for e in previous_tree.entries} if previous_tree else {}
         node.rows.sort(key=row_name)
-        for row in node.rows:
-            name, kind = row[NAME], row[KIND]
-            if kind == _TREE:
-                child = node.children.get(name) or self._unchanged_child(node, name)
-                assert child.tree is not None
-                size += child.size
-                files += child.files
-                leaves = -1 if leaves < 0 or child.leaves < 0 else leaves + child.leaves
-                row = [name, _TREE, child.size, 0, 0, 0, 0, child.tree, False]
-                entry = _entry(previous, name, _TREE_KIND, child.tree, child.size)
-            elif kind == _TOMB:
-                entry = TreeEntry(name, EntryKind.TOMBSTONE)
-            elif row[REF] is None:  # could not be read: skipped (and reported) by the job
-                continue
-            elif kind == _LINK:
-                leaves += leaves >= 0
-                entry = TreeEntry(name, EntryKind.SYMLINK, None, row[REF], 0)
-            else:
-                leaves += leaves >= 0
-                files += 1
-                size += row[SIZE]
-                entry = _entry(previous, name, _KIND_OF[kind], row[REF], row[SIZE])
-            entries.append(entry)
-            rows.append(row)
+        rows, entries, summary = self._tree_entries(node, previous)
         self.rebuilt_dirs += 1
         tree_id, stored = self.store.store_tree(Tree(tuple(entries)))
         if stored:
             self.new_objects += 1
             self.new_bytes += stored
-        node.tree, node.size, node.files, node.leaves = tree_id, size, files, leaves
-        if not node.virtual:
-            subdirs = [[row[NAME], row[REF]] for row in rows if row[KIND] == _TREE]
+        node.built = summary._replace(tree=tree_id)
+        if node.state is not DirState.VIRTUAL:
+            subdirs = [[row.name, row.ref or b""] for row in rows if row.kind == _TREE]
             listing, recheck = self._listing_state(node, rows)
             self.new_cache.dirs[node.key] = DirRecord(
-                tree_id, size, files, rows, listing=listing, ignores=node.ignores,
-                subdirs=subdirs, ignored=node.ignored, leaves=leaves, recheck=recheck)
+                tree_id, summary.size, summary.files, rows, listing=listing,
+                ignores=node.ignores, subdirs=subdirs, ignored=node.ignored,
+                leaves=summary.leaves, recheck=recheck)
+
+    def _tree_entries(self, node: _Dir, previous: dict[bytes, TreeEntry]
+                      ) -> tuple[list[FileRow], list[TreeEntry], DirSummary]:
+        """The rows a rebuilt directory keeps (a subdirectory's with its new id; none for a
+        file that could not be read), their tree entries, and the summary of the whole (its
+        tree id left empty)."""
+        rows: list[FileRow] = []
+        entries: list[TreeEntry] = []
+        size = files = leaves = 0
+        for row in node.rows:
+            name, kind = row.name, row.kind
+            if kind == _TREE:
+                child = node.children.get(name) or self._unchanged_child(node, name)
+                below = child.built
+                assert below is not None
+                size += below.size
+                files += below.files
+                leaves = -1 if leaves < 0 or below.leaves < 0 else leaves + below.leaves
+                row = tree_row(name, below.tree, below.size)
+                entry = _entry(previous, name, _TREE_KIND, ObjectId(below.tree), below.size)
+            elif kind == _TOMB:
+                entry = TreeEntry(name, EntryKind.TOMBSTONE)
+            elif row.ref is None:  # could not be read: skipped (and reported) by the job
+                continue
+            elif kind == _LINK:
+                leaves += leaves >= 0
+                entry = TreeEntry(name, EntryKind.SYMLINK, None, row.ref, 0)
+            else:
+                leaves += leaves >= 0
+                files += 1
+                size += row.size
+                entry = _entry(previous, name, _KIND_OF[kind], ObjectId(row.ref), row.size)
+            entries.append(entry)
+            rows.append(row)
+        return rows, entries, DirSummary(b"", size, files, leaves)
 
     def _taken_whole(self, node: _Dir) -> bool:
         """A directory the walk found unchanged, with nothing below it to rebuild: its cached
         record stands, read without decoding it (most of the directories a turn's build
         visits: the subdirectories of the ones it changed)."""
         summary = self.cache.dirs.summary(node.key)
-        if summary is None or not summary[0] or not self._trusted(summary[0]):
+        if summary is None or not summary.tree or not self._trusted(summary.tree):
             return False
-        tree, node.size, node.files, node.leaves = summary
-        node.tree = ObjectId(tree)
+        node.built = summary
         self.new_cache.dirs.take(self.cache.dirs, (node.key,))
         return True
 
     @staticmethod
-    def _kept_rows(node: _Dir) -> list[Row]:
+    def _kept_rows(node: _Dir) -> list[FileRow]:
         """The rows of a directory read in part that keeps its tree id: as read (a file read
         again carries its new stat, maybe settled by now), but a subdirectory's the cached one
         (what was read holds no tree id; the cached one was checked to be unchanged)."""
-        subdirs = {id(row): old for old, row in node.recheck or () if row[KIND] == _TREE}
-        return [subdirs.get(id(row), row) for row in node.rows]
+        rows = list(node.rows)
+        for old, at in node.reread or ():
+            if rows[at].kind == _TREE:
+                rows[at] = old
+        rows.sort(key=row_name)
+        return rows
 
-    def _listing_state(self, node: _Dir, rows: list[Row]) -> tuple[bytes, list[Any] | None]:
+    def _listing_state(self, node: _Dir, rows: list[FileRow]) -> tuple[bytes, Recheck | None]:
         """(listing, recheck) for the directory's new record. The listing the next walk may
         compare against describes the rows fully: nothing skipped or vanished, nothing too new
         to be trusted. Where only racy files (or a recent ctime) keep it from that, it is kept
         aside with their names: the next scan looks at those and at what differs from it."""
         if node.listing is None or not node.clean or NOT_SETTLED in node.ignores:
             return b"", None
-        racy = [row[NAME] for row in rows if row[RACY]]
+        racy = [row.name for row in rows if row.racy]
         if not racy and not is_racy(node.newest, self.start_ns):
             return node.listing, None
-        return b"", [node.listing, racy]
+        return b"", Recheck(node.listing, racy)
 
     def result(self, top: _Dir, hashed: int, absent_parents: tuple[RelPath, ...]) -> ScanResult:
-        assert top.tree is not None
+        assert top.built is not None
         return ScanResult(
             tree=top.tree,
-            files=top.files,
-            bytes=top.size,
+            files=top.built.files,
+            bytes=top.built.size,
             new_objects=self.new_objects,
             new_bytes=self.new_bytes,
             hashed=hashed,
@@ -648,10 +738,10 @@ class _Scanner:
     def _unchanged_child(self, node: _Dir, name: bytes) -> _Dir:
         """A subdirectory of a rebuilt directory that the walk found unchanged throughout."""
         key = node.key + b"/" + name if node.key else name
-        cached = self.cache.dirs.get(key)
-        assert node.fast and cached is not None and cached.tree  # walked through: known
-        child = _Dir(key, node.fs_path + b"/" + name, parent=node, tree=ObjectId(cached.tree),
-                     size=cached.size, files=cached.files, leaves=cached.leaves)
+        summary = self.cache.dirs.summary(key)
+        assert node.state is DirState.UNCHANGED and summary is not None and summary.tree
+        child = _Dir(key, node.fs_path + b"/" + name, parent=node, state=DirState.UNCHANGED,
+                     built=summary)
         node.children[name] = child
         return child
 
@@ -664,6 +754,16 @@ class _Scanner:
                 if trees.get(name) != child.tree:
                     return False
         return self._trusted(cached.tree)
+
+
+def _explain_miss(log: logging.Logger, key: bytes, row: FileRow | None,
+                  entry: ListedEntry) -> None:
+    """Log why a file is read again (only called with debug logs on)."""
+    if row is None:
+        log.debug("read %s: not in the cache", _show(key))
+    else:
+        log.debug("re-read %s: %s", _show(key),
+                  row.mismatch(entry) or "size limit, or its id is not in the store")
 
 
 def scan_workspace(
@@ -744,11 +844,11 @@ def scan_paths(
     scanner.root_rules = _as_factory(rules)
     rules = scanner.root_rules()
     scanner.new_cache.dirs.update(cache.dirs)  # other paths' records stay valid
-    top = _Dir(b"", root, virtual=True, all_hits=False)
+    top = _Dir(b"", root, state=DirState.VIRTUAL, all_hits=False)
     virtual_nodes = [top]
     walked: list[_Dir] = []
     absent: list[RelPath] = []
-    leaves: list[tuple[bytes, Row]] = []  # tracked files and links: (parent key, row)
+    leaves: list[tuple[_Dir, int]] = []  # tracked files and links: (parent, row index)
     for path in _outermost(paths):
         node = top
         dir_rules = rules.root_context()
@@ -757,9 +857,10 @@ def scan_paths(
             name = ancestor.rsplit(b"/", 1)[-1]
             child = node.children.get(name)
             if child is None:
-                child = _Dir(ancestor, root + b"/" + ancestor, virtual=True, all_hits=False)
+                child = _Dir(ancestor, root + b"/" + ancestor, state=DirState.VIRTUAL,
+                             all_hits=False)
                 node.children[name] = child
-                node.rows.append([name, _TREE, 0, 0, 0, 0, 0, b"", False])
+                node.rows.append(tree_row(name, b"", 0))
                 virtual_nodes.append(child)
             node = child
             if missing_from is None and not _is_real_dir(node.fs_path):
@@ -775,177 +876,30 @@ def scan_paths(
         except (FileNotFoundError, NotADirectoryError):
             st = None
         if st is None:
-            node.rows.append([name, _TOMB, 0, 0, 0, 0, 0, b"", False])
+            node.rows.append(FileRow(name, _TOMB, 0, 0, 0, 0, 0, b"", False))
         elif statmod.S_ISDIR(st.st_mode):
             child = _Dir(path, fs_path, rules=dir_rules.enter(name))
             node.children[name] = child
-            node.rows.append([name, _TREE, 0, 0, 0, 0, 0, b"", False])
+            node.rows.append(tree_row(name, b"", 0))
             walked.extend(scanner.walk(child))
         else:
             cached_dir = cache.dirs.get(node.key)
             cached_row = None
             if cached_dir is not None:
-                cached_row = next((r for r in cached_dir.rows if r[NAME] == name), None)
+                cached_row = next((r for r in cached_dir.rows if r.name == name), None)
             added = len(node.rows)
             scanner._add_leaf(node, name, path, fs_path, st, cached_row)
             if len(node.rows) > added:
-                leaves.append((node.key, node.rows[-1]))
-    for node in virtual_nodes:
-        node.rows.sort(key=row_name)
-    hashed = scanner.hash_all()
-    _remember_leaves(scanner.new_cache, leaves)
+                leaves.append((node, added))
+    hashed = scanner.hash_all()  # before any sort: a job knows its row by index
+    _remember_leaves(scanner.new_cache, [(node.key, node.rows[at]) for node, at in leaves])
     scanner.build(walked)
     # Virtual ancestors: deepest first, so each sees its children's ids.
     scanner.build(sorted(virtual_nodes, key=_depth))
     return scanner.result(top, hashed, tuple(sorted(set(absent)))), scanner.new_cache
 
 
-def record_restore(cache: StatCache, load: Callable[[ObjectId], Tree], target: ObjectId,
-                   written: Sequence[tuple[bytes, int, StatLike, bytes]], removed: Sequence[bytes],
-                   dir_stats: Mapping[bytes, StatLike], now_ns: int) -> None:
-    """Teach `cache` what a restore to `target` did, so that the next scan neither reads what
-    it wrote nor looks again at the directories it went through: the rows of what it wrote
-    ((path, kind, stat, ref) per file or link) and removed (`record_restored`); the listing
-    each directory now has, where every change in it is known (`_restored_listings`, from
-    `dir_stats`: each directory the restore went through, as it left it); and the target's
-    tree ids (`adopt_restored_trees`). A directory that gets its tree id back, with a listing
-    known in full and nothing racy left in it, trusts that listing: the next walk finds it
-    unchanged without Python, as after a snapshot."""
-    listings = _restored_listings(cache, written, removed, dir_stats)
-    cleared = record_restored(cache, written, removed, now_ns)
-    aside = [key for key in listings if key in cleared]  # the others' records stand as they were
-    for key in aside:
-        cache.dirs[key].listing, cache.dirs[key].recheck = b"", list(listings[key])
-    adopt_restored_trees(cache, load, target, cleared)
-    for key in aside:
-        record = cache.dirs[key]
-        if record.tree and record.recheck is not None and not record.recheck[1]:
-            record.listing, record.recheck = record.recheck[0], None  # adopted, nothing racy
-
-
-def _restored_listings(cache: StatCache, written: Sequence[tuple[bytes, int, StatLike, bytes]],
-                       removed: Sequence[bytes], dir_stats: Mapping[bytes, StatLike],
-                       ) -> dict[bytes, tuple[bytes, list[bytes]]]:
-    """Key -> (listing, racy names) of each cached directory whose listing after the restore is
-    its cached one (trusted, or kept aside with its racy names) with the restore's changes
-    applied: entries of what it wrote, with their stats after the rename; the names it removed,
-    dropped; its subdirectories the restore went through, with their stats after it.
-
-    Only files and links may have come or gone, and no ignore file, nor a name the rules left
-    out: then the rows that `record_restored` makes describe that listing exactly. Files the
-    restore wrote are not racy: they are dated before their staging, so any later write shows
-    in their mtime (see restore.py). A listing that is not what the directory really lists
-    (something else changed it meanwhile) costs only speed: the next walk reports it."""
-    changes: dict[bytes, dict[bytes, ListedEntry | None]] = {}
-    for path in removed:
-        parent, _, name = path.rpartition(b"/")
-        changes.setdefault(parent, {})[name] = None
-    for path, _kind, st, _ref in written:  # after removals: a name removed then written is there
-        parent, _, name = path.rpartition(b"/")
-        changes.setdefault(parent, {})[name] = _listed(name, st)
-    for key, st in dir_stats.items():
-        if key:
-            parent, _, name = key.rpartition(b"/")
-            changes.setdefault(parent, {})[name] = _listed(name, st)
-    listings: dict[bytes, tuple[bytes, list[bytes]]] = {}
-    for key, here in changes.items():
-        record = cache.dirs.get(key)
-        if record is None or NOT_SETTLED in record.ignores:
-            continue
-        if record.listing:
-            base, racy = record.listing, []
-        elif record.recheck is not None:
-            base, racy = record.recheck
-        else:
-            continue
-        rows = record.rows
-        left_out = {_bare(name) for name in record.ignored}
-        if any(name in _IGNORE_FILES or name in left_out
-               or (_kind_of(rows, name) == _TREE) != _is_dir(entry)
-               for name, entry in here.items()):
-            continue
-        try:
-            listings[key] = (patch_listing(base, here), [n for n in racy if n not in here])
-        except ValueError:  # checksummed, so not expected: the scan reads it as it does now
-            continue
-    return listings
-
-
-def _kind_of(rows: list[Row], name: bytes) -> int | None:
-    """The kind of the row named `name` in `rows` (sorted by name), None if there is none."""
-    at = bisect.bisect_left(rows, name, key=row_name)
-    return rows[at][KIND] if at < len(rows) and rows[at][NAME] == name else None
-
-
-def _is_dir(entry: ListedEntry | None) -> bool:
-    return entry is not None and statmod.S_ISDIR(entry.st_mode)
-
-
-def _listed(name: bytes, st: StatLike) -> ListedEntry:
-    return ListedEntry(name, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-
-
-def adopt_restored_trees(cache: StatCache, load: Callable[[ObjectId], Tree], target: ObjectId,
-                         cleared: Iterable[bytes]) -> None:
-    """After a restore to `target`: give each directory whose tree id `record_restored` took
-    away (the keys it returned, `cleared`) the target's tree id there when its rows now name
-    exactly the target's entries, so that the next scan keeps that id instead of building the
-    tree again. Deepest first, so that a directory's subdirectories have their ids when it is
-    compared. Rows are only trusted as the scan trusts them: the next scan still compares
-    every directory with its listing."""
-    for key in sorted(cleared, key=_key_depth, reverse=True):
-        record = cache.dirs.get(key)
-        tree_id = _subtree_id(load, target, key)
-        if record is None or record.tree or tree_id is None:
-            continue
-        entries = load(tree_id).entries
-        rows = record.rows
-        if len(rows) != len(entries):
-            continue
-        prefix = key + b"/" if key else b""
-        kept: list[Row] = []
-        subdirs: list[list[bytes]] = []
-        size = files = leaves = 0
-        for row, entry in zip(rows, entries):
-            name, kind = row[NAME], row[KIND]
-            if name != entry.name or kind != entry.kind:
-                break
-            if kind == _TREE:
-                child = cache.dirs.summary(prefix + name)  # most were not touched: not decoded
-                if child is None or child[0] != entry.oid:
-                    break
-                child_tree, child_size, child_files, child_leaves = child
-                row = [name, _TREE, child_size, 0, 0, 0, 0, child_tree, False]
-                subdirs.append([name, child_tree])
-                size += child_size
-                files += child_files
-                leaves = -1 if leaves < 0 or child_leaves < 0 else leaves + child_leaves
-            elif kind == _LINK:
-                if row[REF] != entry.target:
-                    break
-                leaves += leaves >= 0
-            elif kind in (_FILE, _EXEC) and row[REF] == entry.oid and row[SIZE] == entry.size:
-                size += row[SIZE]
-                files += 1
-                leaves += leaves >= 0
-            else:
-                break
-            kept.append(row)
-        else:
-            record.adopt(tree_id, size, files, leaves, kept, subdirs)
-
-
-def _subtree_id(load: Callable[[ObjectId], Tree], tree: ObjectId, key: bytes) -> ObjectId | None:
-    """The id of the tree at `key` below `tree`; None if there is none."""
-    for name in key.split(b"/") if key else ():
-        entry = load(tree).find(name)
-        if entry is None or entry.kind is not EntryKind.TREE or entry.oid is None:
-            return None
-        tree = entry.oid
-    return tree
-
-
-def _remember_leaves(cache: StatCache, leaves: Sequence[tuple[bytes, Row]]) -> None:
+def _remember_leaves(cache: StatCache, leaves: Sequence[tuple[bytes, FileRow]]) -> None:
     """Keep the rows of tracked files (their parents are virtual, so no record of them is
     built), or every tracked checkpoint would read them again.
 
@@ -953,13 +907,13 @@ def _remember_leaves(cache: StatCache, leaves: Sequence[tuple[bytes, Row]]) -> N
     describes its cached tree id, so it loses that id, and so do its ancestors' records.
     """
     for parent, row in leaves:
-        if row[REF] is None:
+        if row.ref is None:
             continue  # vanished or unreadable: nothing to remember
         record = cache.dirs.get(parent)
         rows = [] if record is None else record.rows
         if row in rows:
             continue  # a cache hit: the record is still exact
-        rows = sorted([r for r in rows if r[NAME] != row[NAME]] + [row], key=row_name)
+        rows = sorted([r for r in rows if r.name != row.name] + [row], key=row_name)
         cache.dirs[parent] = DirRecord(b"", 0, 0, rows)
         key = parent
         while key:
@@ -974,11 +928,6 @@ def _is_real_dir(fs_path: bytes) -> bool:
         return statmod.S_ISDIR(os.lstat(fs_path).st_mode)
     except OSError:
         return False
-
-
-def _bare(name: bytes) -> bytes:
-    """A name of `DirRecord.ignored` without the "/" that marks a directory."""
-    return name[:-1] if name.endswith(b"/") else name
 
 
 def _depth(node: _Dir) -> int:

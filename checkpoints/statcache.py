@@ -1,48 +1,64 @@
 """The per-root stat cache: what each file looked like when its content was last hashed.
 
-Per directory it keeps the rows of the last scan (name, kind, size, mtime_ns, ctime_ns, inode,
-mode, ref) and the directory's tree id, so an unchanged file is never read again and an
-unchanged directory is not even re-encoded; and the directory's whole listing as the scan saw it
-(see dirlisting.py), with the stat of its ignore files and the names its rules left out, so a
-directory whose listing is unchanged is recognised by one comparison, its rows not even decoded
-(they stay packed until something asks for them). Racy rule (as git's): a row whose mtime is not
-safely older than the scan that hashed it is marked racy and re-hashed next time, so a
-same-size rewrite within one timestamp tick is still caught (`is_racy`: a tick is the kernel
-clock's on most file systems, whole seconds on some). A directory with racy files keeps
-its listing aside with their names (`recheck`), and so does one a restore wrote into (with the
-names it touched): the next scan compares the directory's listing with it and looks only at
-the entries that differ and at those names, keeping the tree id if they read as before. Where
-a restore knows every change it made in a directory, the listing kept aside is the one the
-directory has afterwards, trusted once the target's tree id is adopted (scan.record_restore).
+Per directory it keeps the rows of the last scan (`FileRow`: name, kind, size, mtime_ns,
+ctime_ns, inode, mode, ref, racy) and the directory's tree id, so an unchanged file is never
+read again and an unchanged directory is not even re-encoded; and the directory's whole listing
+as the scan saw it (see dirlisting.py), with the stat of its ignore files and the names its
+rules left out, so a directory whose listing is unchanged is recognised by one comparison, its
+rows not even decoded (they stay packed until something asks for them). `FileRow.matches` is
+the one decision that trusts a file without reading it. What a restore teaches the cache lives
+beside it, in statcache_restore.py. No walking and no hashing here.
+
+Glossary (the words scan.py and statcache_restore.py use):
+- listing: one directory's entries as bytes, sorted, each a name and its lstat fields
+  (dirlisting.py); equal listings mean no entry came, went or changed its stat.
+- racy: a row (or listing) stamped too close to the scan that made it to be trusted later:
+  a rewrite within the same clock tick would keep its stat (`is_racy`, as git's rule).
+- recheck: a directory's listing kept aside with the names that were racy or that a restore
+  wrote (`Recheck`); the next scan looks only at entries that differ from it and at those names.
+- NOT_SETTLED: stands for a directory's ignore files when one of them was racy: its rules
+  cannot be assumed unchanged, so no shortcut is taken there.
+- fast: (scan) the walk found the directory's listing equal to the cached one; its rows are
+  the cached record's without a look (`DirState.UNCHANGED`).
+- clean: (scan) nothing in the directory was skipped or vanished, so its listing may be kept.
+- all_hits: (scan) every entry matched a cached row and no name came or went, so the cached
+  tree id still holds if the subdirectories' ids do.
+- rules_clean: (scan) the ignore rules in force are those the cached record was made under:
+  same settings and no ignore file changed here or above; then names are decided as cached.
+- virtual: (scan, paths scope) an ancestor of tracked paths, holding only what leads to them;
+  it has no record of its own.
 
 The cache is only ever a performance aid: a missing, damaged or foreign cache loads as empty.
 It is msgpack, written atomically, ending in the BLAKE3 of what precedes it: a cache is trusted
 to name content by id, so damage that still parses (a flipped bit in an id) must be caught too,
-or it would put a wrong id into a checkpoint. No walking here.
+or it would put a wrong id into a checkpoint. Rows and rechecks are typed in memory and plain
+msgpack arrays on disk: the tuples pack as they are and are rebuilt when a record is decoded.
 
 Two files: the base (`statcache`, every record) and a delta beside it (`statcache.delta`): the
 records that differ from the base and the keys it no longer has, tied to the base by its
 digest. A save writes only the delta while it stays small next to the base (a turn in a large
-tree changes a few dozen of thousands of records: writing 11 MB again cost the Linux source
-~50 ms a checkpoint), else the whole base, which makes any delta stale. A delta that is
-damaged or not of the base is ignored: the base alone is an older cache, and an older cache is
-as safe as any (a record only ever stands for a stat it was made from).
+tree changes a few dozen of thousands of records, and writing the whole base is the dearest
+part of a small checkpoint there), else the whole base, which makes any delta stale. A delta
+that is damaged or not of the base is ignored: the base alone is an older cache, and an older
+cache is as safe as any (a record only ever stands for a stat it was made from).
 
-Each record is stored as [listing, subdirectory names, tree, leaves, rest]: the first two are
-what `dirlisting.walk_dirs` compares and follows, so the loaded table goes to the native walk
-as it is; `rest` (sizes, packed rows, ignore state) is decoded only for the directories a scan
-actually looks into (`DirTable`), and written back as it was read for all the others.
+Each record is stored as [listing, subdirectory names, tree, leaves, rest, size, files]: the
+first two are what `dirlisting.walk_dirs` compares and follows, so the loaded table goes to the
+native walk as it is; `rest` (packed rows, ignore state, recheck) is decoded only for the
+directories a scan actually looks into (`DirTable`), and written back as it was read for all
+the others.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import operator
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ckpt.objstore import FileState
 from ckpt.objstore.codec import pack_data, unpack_data
@@ -53,8 +69,9 @@ from ckpt.objstore.native import load_native
 _fsops = load_native("ckpt.checkpoints._fsops")
 _native_exchange = None if _fsops is None else _fsops.exchange
 
-CACHE_VERSION = 6  # 2: checksum trailer; 3: listings, packed rows, settings; 4: wire records;
-# 5: listings kept with their racy names; 6: sizes and file counts outside the packed rest
+# Bumped whenever the layout of the file changes: a cache of another version is ignored, never
+# misread.
+CACHE_VERSION = 6
 # Timestamps come from a coarse kernel clock (a jiffy, up to 10 ms at HZ=100): a file whose
 # mtime is this close to the scan start could still change without its mtime moving.
 RACY_WINDOW_NS = 20_000_000
@@ -72,27 +89,126 @@ def is_racy(timestamp_ns: int, scan_start_ns: int) -> bool:
         return timestamp_ns >= scan_start_ns - RACY_WINDOW_NS
     return timestamp_ns >= scan_start_ns - COARSE_RACY_WINDOW_NS
 
-# Row layout (lists, because msgpack returns lists and they are compared field by field).
-NAME, KIND, SIZE, MTIME, CTIME, INO, MODE, REF, RACY = range(9)
-Row = list[Any]  # [name: bytes, kind: int, size, mtime_ns, ctime_ns, ino, mode, ref: bytes, racy: bool]
+# The lstat fields a row keeps: os.stat_result, a listing entry (dirlisting.py), or what a
+# put read (the native reader's FileStat).
+StatLike = FileState
+
+
+class FileRow(NamedTuple):
+    """One entry of a directory as the scan that made it saw it. A tuple, so that decoding a
+    record's rows is one C call per row and packing them needs no conversion (msgpack writes a
+    tuple as the array it reads back); immutable, so a scan replaces a row, never edits it."""
+
+    name: bytes
+    kind: int  # an EntryKind value
+    size: int  # file bytes; for a directory the file bytes below it
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    mode: int  # 0 for directories and tombstones, whose rows carry no stat
+    ref: bytes | None  # blob id, link target or tree id; None: not read (skipped or vanished)
+    racy: bool  # stamped too close to the scan that made it: read again next time
+
+    def matches(self, st: StatLike) -> bool:
+        """Whether the file `st` describes may be trusted to hold this row's content without
+        being read: the one trust decision of the cache. Every stat field the row keeps must be
+        equal (the mode fixes the kind and the exec bit), and the row must not be racy."""
+        return (
+            self.mtime_ns == st.st_mtime_ns
+            and self.size == st.st_size
+            and self.ctime_ns == st.st_ctime_ns
+            and self.ino == st.st_ino
+            and self.mode == st.st_mode
+            and not self.racy
+        )
+
+    def mismatch(self, st: StatLike) -> str | None:
+        """Why `matches(st)` is False, in words for a debug log; None when it is True."""
+        if self.size != st.st_size:
+            return "size changed"
+        if self.mtime_ns != st.st_mtime_ns:
+            return "mtime changed"
+        if self.ino != st.st_ino:
+            return "inode changed"
+        if self.ctime_ns != st.st_ctime_ns:
+            return "ctime changed"
+        if self.mode != st.st_mode:
+            return "mode changed"
+        if self.racy:
+            return "racy"
+        return None
+
+
+def make_row(name: bytes, kind: int, st: StatLike, ref: bytes | None,
+             scan_start_ns: int) -> FileRow:
+    """The row of a file or link with stat `st`, racy if `st` is too new for `scan_start_ns`."""
+    return FileRow(name, kind, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                   st.st_mode, ref, is_racy(st.st_mtime_ns, scan_start_ns))
+
+
+# A FileRow from the sequence of its nine fields, unchecked: one C call, where the class's own
+# constructor is a Python function (the scan makes one per entry of every directory it reads).
+row_of: Callable[[Iterable[Any]], FileRow] = functools.partial(tuple.__new__, FileRow)
+_TREE_KIND = 4  # EntryKind.TREE
+
+
+def tree_row(name: bytes, tree: bytes | None, size: int) -> FileRow:
+    """The row of a subdirectory: its tree id and the file bytes below it, no stat."""
+    return row_of((name, _TREE_KIND, size, 0, 0, 0, 0, tree, False))
+
+
+def decode_rows(raw: object) -> list[FileRow]:
+    """Rows as stored (msgpack arrays) -> `FileRow`s; CorruptObject if they are not rows."""
+    if not isinstance(raw, list):
+        raise CorruptObject(None, "stat cache: bad rows")  # checksummed: not expected
+    try:
+        rows = list(map(row_of, raw))
+    except TypeError:
+        rows = []
+    if len(rows) != len(raw) or any(len(row) != _ROW_FIELDS for row in rows):
+        raise CorruptObject(None, "stat cache: bad row")
+    return rows
+
+
+_ROW_FIELDS = len(FileRow._fields)
+
+# A row's name, as a sort key: a C callable, since sorting a directory's rows calls it per row.
+row_name: Callable[[FileRow], bytes] = operator.itemgetter(0)
+
+
+class Recheck(NamedTuple):
+    """A directory's listing kept aside, with the names in it that are not to be trusted yet
+    (racy, or written by a restore): the next scan looks at what differs from it and at those."""
+
+    listing: bytes
+    names: list[bytes]
+
+
+class DirSummary(NamedTuple):
+    """What a parent needs of a directory's record: its tree id and what lies below it."""
+
+    tree: bytes  # b"": no tree id known
+    size: int  # file bytes below it
+    files: int  # files below it
+    leaves: int  # files and symlinks below it; -1: not known
 
 
 class DirRecord:
     """One directory as the last scan left it. `listing` is b"" unless it may be trusted for a
-    shortcut (nothing skipped, nothing racy); `recheck` None, or [listing, names] when the
-    listing was clean but the files `names` were too new to be trusted (racy) or were written
-    by a restore since: a scan looks only at the entries that differ from that listing and at
-    those names; `ignores` the listing entries of its ignore files (NOT_SETTLED when one was
-    racy); `subdirs` [name, tree id] of the subdirectories captured; `ignored` the names its
-    rules left out (a "/" appended for directories)."""
+    shortcut (nothing skipped, nothing racy); `recheck` None, or the listing kept aside when it
+    was clean but the files it names were too new to be trusted (racy) or were written by a
+    restore since: a scan looks only at the entries that differ from that listing and at those
+    names; `ignores` the listing entries of its ignore files (NOT_SETTLED when one was racy);
+    `subdirs` [name, tree id] of the subdirectories captured; `ignored` the names its rules
+    left out (a "/" appended for directories)."""
 
     __slots__ = ("_packed", "_rows", "files", "ignored", "ignores", "leaves", "listing",
                  "recheck", "size", "subdirs", "tree")
 
-    def __init__(self, tree: bytes, size: int, files: int, rows: list[Row] | None, *,
+    def __init__(self, tree: bytes, size: int, files: int, rows: list[FileRow] | None, *,
                  packed: bytes | None = None, listing: bytes = b"", ignores: list[Any] | None = None,
                  subdirs: list[list[bytes]] | None = None, ignored: list[bytes] | None = None,
-                 leaves: int = -1, recheck: list[Any] | None = None) -> None:
+                 leaves: int = -1, recheck: Recheck | None = None) -> None:
         self.tree = tree  # the directory's tree oid; b"" once its rows no longer describe one
         self.size = size  # file bytes below it
         self.files = files  # files below it
@@ -106,25 +222,25 @@ class DirRecord:
         self.ignored = ignored if ignored is not None else []
 
     @property
-    def rows(self) -> list[Row]:
+    def rows(self) -> list[FileRow]:
         if self._rows is None:
-            rows = unpack_data(self._packed or b"", what="stat cache")
-            if not isinstance(rows, list):
-                raise CorruptObject(None, "stat cache: bad rows")  # checksummed: not expected
-            self._rows = rows
+            self._rows = decode_rows(unpack_data(self._packed or b"", what="stat cache"))
         return self._rows
 
     @rows.setter
-    def rows(self, rows: list[Row]) -> None:
+    def rows(self, rows: list[FileRow]) -> None:
         """New rows: the listing shortcut and the tree id no longer hold."""
         self._rows, self._packed = rows, None
         self.tree, self.listing, self.recheck = b"", b"", None
 
-    def adopt(self, tree: bytes, size: int, files: int, leaves: int, rows: list[Row],
+    def adopt(self, tree: bytes, size: int, files: int, leaves: int, rows: list[FileRow],
               subdirs: list[list[bytes]]) -> None:
         """A tree id found to match the rows (after a restore): the listing stays as it is."""
         self.tree, self.size, self.files, self.leaves = tree, size, files, leaves
         self._rows, self._packed, self.subdirs = rows, None, subdirs
+
+    def summary(self) -> DirSummary:
+        return DirSummary(self.tree, self.size, self.files, self.leaves)
 
     def packed_rows(self) -> bytes:
         if self._packed is None:
@@ -145,7 +261,8 @@ class DirRecord:
                                          and isinstance(recheck[1], list)))):
             raise CorruptObject(None, "stat cache: bad record")
         return cls(tree, size, files, None, packed=packed, listing=listing, ignores=ignores,
-                   subdirs=subdirs, ignored=ignored, leaves=leaves, recheck=recheck)
+                   subdirs=subdirs, ignored=ignored, leaves=leaves,
+                   recheck=None if recheck is None else Recheck(*recheck))
 
     def to_wire(self) -> list[Any]:
         names = b"\0".join(name for name, _tree in self.subdirs)
@@ -202,8 +319,8 @@ class DirTable:
             yield key, self[key]
 
     def values(self) -> Iterator[DirRecord]:
-        for _key, record in self.items():
-            yield record
+        for key in self.keys():
+            yield self[key]
 
     def update(self, other: DirTable) -> None:
         for key, wire in other._wire.items():
@@ -224,18 +341,18 @@ class DirTable:
             else:
                 self._records[key] = records[key]
 
-    def summary(self, key: bytes) -> tuple[bytes, int, int, int] | None:
-        """(tree, size, files, leaves) of a record, read without decoding a stored one."""
+    def summary(self, key: bytes) -> DirSummary | None:
+        """A record's summary, read without decoding a stored one."""
         record = self._records.get(key)
         if record is not None:
-            return record.tree, record.size, record.files, record.leaves
+            return record.summary()
         wire = self._wire.get(key)
         if wire is None:
             return None
         tree, leaves, size, files = wire[2], wire[3], wire[5], wire[6]
         if not (isinstance(tree, bytes) and type(leaves) is type(size) is type(files) is int):
             raise CorruptObject(None, "stat cache: bad record")  # checksummed: not expected
-        return tree, size, files, leaves
+        return DirSummary(tree, size, files, leaves)
 
     def known(self) -> dict[bytes, Wire]:
         """Listing and subdirectory names per key, for `dirlisting.walk_dirs`."""
@@ -261,6 +378,13 @@ class DirTable:
 
 
 NOT_SETTLED: list[Any] = [b"not settled"]  # ignore files changed too recently to be trusted
+# The ignore files whose listing entries a record keeps (`ignores`), as ignore.py reads them.
+IGNORE_FILES = (b".gitignore", b".ckptignore")
+
+
+def bare_name(name: bytes) -> bytes:
+    """A name of `DirRecord.ignored` without the "/" that marks a directory."""
+    return name[:-1] if name.endswith(b"/") else name
 
 
 @dataclass(slots=True)
@@ -288,34 +412,12 @@ class CacheBase:
     size: int  # its bytes
 
 
-# The lstat fields a row keeps: os.stat_result, a listing entry (dirlisting.py), or what a
-# put read (the native reader's FileStat).
-StatLike = FileState
-
-
-def same_stat(row: Row, kind: int, st: StatLike) -> bool:
-    return (
-        not row[RACY]
-        and row[KIND] == kind
-        and row[SIZE] == st.st_size
-        and row[MTIME] == st.st_mtime_ns
-        and row[CTIME] == st.st_ctime_ns
-        and row[INO] == st.st_ino
-        and row[MODE] == st.st_mode
-    )
-
-
-def make_row(name: bytes, kind: int, st: StatLike, ref: bytes, scan_start_ns: int) -> Row:
-    racy = is_racy(st.st_mtime_ns, scan_start_ns)
-    return [name, kind, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, ref, racy]
-
-
 class _OtherVersion(Exception):
     """A cache written by another version of ckpt: not damage, just not usable."""
 
 
 def _checked_body(data: bytes) -> memoryview | None:
-    """What precedes the trailing BLAKE3 of a cache file (a view: 11 MB not copied), or None
+    """What precedes the trailing BLAKE3 of a cache file (a view: a large cache is not copied), or None
     if the digest does not match it (damaged or truncated)."""
     body = memoryview(data)[:-OID_SIZE]
     if len(data) <= OID_SIZE or hash_bytes(body) != data[-OID_SIZE:]:
@@ -418,55 +520,6 @@ def read_stat_cache(path: str, *, gc_generation: int) -> StatCache:
     return StatCache(dirs, gc_generation, settings,
                      needs_verification=cached_generation != gc_generation,
                      ignore_translations=translations, base=base)
-
-
-def record_restored(cache: StatCache, written: Iterable[tuple[bytes, int, StatLike, bytes]],
-                    removed: Iterable[bytes], now_ns: int) -> set[bytes]:
-    """Teach `cache` what a restore wrote ((path, kind, stat, ref) per file or link) and
-    removed, so the next snapshot does not read it again. A directory whose rows change loses
-    its tree id, and so do its ancestors'; its listing is kept aside with the names the
-    restore touched, so the next scan looks at the entries that differ from it and at those
-    names, not at the whole directory. Returns the keys of the directories whose tree id it
-    took away."""
-    new_rows: dict[bytes, dict[bytes, Row]] = {}
-    for path, kind, st, ref in written:
-        parent, _, name = path.rpartition(b"/")
-        new_rows.setdefault(parent, {})[name] = make_row(name, kind, st, ref, now_ns)
-    gone: dict[bytes, set[bytes]] = {}
-    for path in removed:
-        parent, _, name = path.rpartition(b"/")
-        gone.setdefault(parent, set()).add(name)
-    for parent in new_rows.keys() | gone.keys():
-        record = cache.dirs.get(parent)
-        if record is None:
-            if parent not in new_rows:
-                continue
-            record = cache.dirs[parent] = DirRecord(b"", 0, 0, [])
-        written_here, removed_here = new_rows.get(parent, {}), gone.get(parent, set())
-        rows = [r for r in record.rows if r[NAME] not in written_here and r[NAME] not in removed_here]
-        rows.extend(written_here.values())
-        rows.sort(key=row_name)
-        listing, racy = record.listing, []
-        if record.recheck is not None:
-            listing, racy = record.recheck
-        record.rows = rows
-        if listing:
-            record.recheck = [listing, sorted({*racy, *written_here, *removed_here})]
-    cleared: set[bytes] = set()
-    for key in new_rows.keys() | gone.keys():
-        while key not in cleared:  # an ancestor met before had its own ancestors cleared
-            cleared.add(key)
-            record = cache.dirs.get(key)
-            if record is not None:
-                record.tree = b""
-            if not key:
-                break
-            key = key.rpartition(b"/")[0]
-    return cleared
-
-
-# A row's name, as a sort key: a C callable, since sorting a directory's rows calls it per row.
-row_name: Callable[[Row], bytes] = operator.itemgetter(NAME)
 
 
 def leaf_counts(cache: StatCache) -> dict[bytes, int]:

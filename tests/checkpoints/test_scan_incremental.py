@@ -27,14 +27,9 @@ from ckpt.checkpoints.scan import ScanOptions, _Scanner, scan_workspace
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.checkpoints.statcache import (
     COARSE_RACY_WINDOW_NS,
-    CTIME,
-    INO,
-    MODE,
-    MTIME,
-    NAME,
-    RACY,
     RACY_WINDOW_NS,
-    SIZE,
+    FileRow,
+    Recheck,
     StatCache,
     read_stat_cache,
 )
@@ -119,13 +114,14 @@ def _scan(root: bytes, store: ObjectStore, cache: StatCache, start_ns: int) -> A
                           scan_start_ns=start_ns)
 
 
-def _freeze_row_stat(cache: StatCache, name: bytes, path: bytes) -> list[Any]:
+def _freeze_row_stat(cache: StatCache, name: bytes, path: bytes) -> FileRow:
     """Make the cached row carry the file's current stat: what a rewrite inside one timestamp
     tick looks like (size, mtime, ctime, inode and mode all as the cache saw them)."""
-    row = next(r for r in cache.dirs[b""].rows if r[NAME] == name)
+    rows = cache.dirs[b""].rows
+    at = next(i for i, r in enumerate(rows) if r.name == name)
     st = os.lstat(path)
-    row[SIZE], row[MTIME], row[CTIME], row[INO], row[MODE] = (
-        st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode)
+    row = rows[at] = rows[at]._replace(size=st.st_size, mtime_ns=st.st_mtime_ns,
+                                       ctime_ns=st.st_ctime_ns, ino=st.st_ino, mode=st.st_mode)
     return row
 
 
@@ -147,13 +143,13 @@ def test_same_tick_rewrite_is_rehashed_because_its_row_is_racy(tmp_path: Path,
         assert _content(store, first.tree, b"f.txt") == b"AAAA"
         work.write("f.txt", b"BBBB", mtime_ns=PAST_NS)
         row = _freeze_row_stat(cache, b"f.txt", path)
-        assert row[RACY] is True
+        assert row.racy is True
 
         second, cache = _scan(root, store, cache, PAST_NS + 10 * 10**9)
         assert second.hashed == 1
         assert _content(store, second.tree, b"f.txt") == b"BBBB"
         # Hashed long after its mtime, the row is settled now.
-        assert next(r for r in cache.dirs[b""].rows if r[NAME] == b"f.txt")[RACY] is False
+        assert next(r for r in cache.dirs[b""].rows if r.name == b"f.txt").racy is False
 
 
 def test_a_stamp_of_whole_seconds_is_racy_for_two_seconds(tmp_path: Path,
@@ -169,8 +165,8 @@ def test_a_stamp_of_whole_seconds_is_racy_for_two_seconds(tmp_path: Path,
     work.write("fine.txt", b"aaaa", mtime_ns=whole + 1)
     with closing(ObjectStore.init(str(tmp_path / "store"))) as store:
         first, cache = _scan(root, store, StatCache(), whole + 1_500_000_000)
-        rows = {r[NAME]: r for r in cache.dirs[b""].rows}
-        assert rows[b"coarse.txt"][RACY] is True and rows[b"fine.txt"][RACY] is False
+        rows = {r.name: r for r in cache.dirs[b""].rows}
+        assert rows[b"coarse.txt"].racy is True and rows[b"fine.txt"].racy is False
         second, cache = _scan(root, store, cache, whole + 1_600_000_000)
         assert second.hashed == 1  # the coarse one, again
         third, cache = _scan(root, store, cache, whole + COARSE_RACY_WINDOW_NS + 1)
@@ -192,7 +188,7 @@ def test_settled_row_with_unchanged_stat_is_trusted_without_reading(tmp_path: Pa
         first, cache = _scan(root, store, StatCache(), PAST_NS + 10 * 10**9)
         work.write("f.txt", b"BBBB", mtime_ns=PAST_NS)
         row = _freeze_row_stat(cache, b"f.txt", path)
-        assert row[RACY] is False
+        assert row.racy is False
         second, _ = _scan(root, store, cache, PAST_NS + 20 * 10**9)
         assert second.hashed == 0
         assert second.tree == first.tree
@@ -231,7 +227,7 @@ def test_a_directory_kept_aside_for_its_racy_files_reads_only_those_again(
         first, cache = _scan(root, store, StatCache(), start)
         record = cache.dirs[b""]
         assert record.listing == b"" and record.recheck is not None
-        assert record.recheck[1] == [b"fresh.txt"]
+        assert record.recheck.names == [b"fresh.txt"]
 
         reads = count_calls(store, "put_file")
         whole_reads: list[bytes] = []
@@ -246,7 +242,7 @@ def test_a_directory_kept_aside_for_its_racy_files_reads_only_those_again(
         # Nothing racy is left. (The files' ctimes are real, so they lie after this injected
         # clock, which keeps the listing aside, with no names, instead of trusting it whole.)
         assert record.tree == first.tree
-        assert record.recheck == [scan_dirs([root])[0][0], []]
+        assert record.recheck == Recheck(scan_dirs([root])[0][0], [])
 
         reads.reset()
         third, _ = _scan(root, store, cache, start + 2 * 10**9)
@@ -265,11 +261,12 @@ def test_a_same_tick_rewrite_under_a_listing_kept_aside_is_read(tmp_path: Path,
     path = work.write("f.txt", b"AAAA", mtime_ns=PAST_NS)
     with closing(ObjectStore.init(str(tmp_path / "store"))) as store:
         first, cache = _scan(root, store, StatCache(), PAST_NS + 1_000_000)
-        assert cache.dirs[b""].recheck is not None
+        recheck = cache.dirs[b""].recheck
+        assert recheck is not None
         work.write("f.txt", b"BBBB", mtime_ns=PAST_NS)
         _freeze_row_stat(cache, b"f.txt", path)
         # As if the rewrite had happened inside the tick: the kept listing is today's.
-        cache.dirs[b""].recheck[0] = scan_dirs([root])[0][0]
+        cache.dirs[b""].recheck = recheck._replace(listing=scan_dirs([root])[0][0])
 
         second, cache = _scan(root, store, cache, PAST_NS + 10 * 10**9)
         assert second.hashed == 1 and second.tree != first.tree
@@ -318,7 +315,7 @@ def test_an_edit_in_a_large_directory_looks_at_the_changed_entries_only(
         assert d1 is not None and _content(store, d1.oid, b"f03.txt") == b"edited"
         # Just written, the two are racy: kept aside, with the listing, to be read next time.
         record = cache.dirs[b"d1"]
-        assert record.recheck is not None and record.recheck[1] == [b"f03.txt", b"new.txt"]
+        assert record.recheck is not None and record.recheck.names == [b"f03.txt", b"new.txt"]
         assert record.tree == d1.oid
 
 

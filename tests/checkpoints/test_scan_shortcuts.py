@@ -30,22 +30,21 @@ from ckpt.checkpoints import statcache as statcache_module
 from ckpt.checkpoints.config import set_config_value
 from ckpt.checkpoints.errors import PathNotInCheckpoint, RestoreIncomplete
 from ckpt.checkpoints.ignore import IgnoreRules
-from ckpt.checkpoints.scan import ScanOptions, _restored_listings, record_restore, scan_workspace
+from ckpt.checkpoints.scan import ScanOptions, scan_workspace
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.checkpoints.statcache import (
-    NAME,
-    RACY,
     RACY_WINDOW_NS,
-    REF,
     DirRecord,
     DirTable,
+    FileRow,
+    Recheck,
     StatCache,
     check_stat_cache,
     leaf_counts,
     read_stat_cache,
-    record_restored,
     write_stat_cache,
 )
+from ckpt.checkpoints.statcache_restore import _restored_listings, record_restore, record_restored
 from ckpt.objstore import EntryKind, ObjectId, ObjectStore, Tree, TreeEntry, make_entry
 
 SETTLE = 2 * RACY_WINDOW_NS / 1e9  # seconds: edits before this are outside the racy window
@@ -671,7 +670,7 @@ def test_the_checkpoint_after_a_restore_equals_a_scan_without_a_cache(
 
 
 def _record(tree: bytes, names: list[bytes], listing: bytes = b"L") -> DirRecord:
-    rows = [[n, 1, 1, 1, 1, 1, 0o100644, b"o" * 32, False] for n in names]
+    rows = [FileRow(n, 1, 1, 1, 1, 1, 0o100644, b"o" * 32, False) for n in names]
     return DirRecord(tree, len(names), len(names), rows, listing=listing, ignores=[],
                      subdirs=[], ignored=[], leaves=len(names))
 
@@ -688,13 +687,13 @@ def test_a_restore_drops_the_ids_and_listings_it_invalidates_and_nothing_else(
         time.time_ns())
     assert cleared == {b"a/b", b"a", b""}  # what adopt_restored_trees may give an id again
     changed = cache.dirs[b"a/b"]
-    assert [r[NAME] for r in changed.rows] == [b"f", b"new"]
-    assert [r[REF] for r in changed.rows] == [b"n" * 32, b"m" * 32]
-    assert all(r[RACY] for r in changed.rows)  # just written: read once more next time
+    assert [r.name for r in changed.rows] == [b"f", b"new"]
+    assert [r.ref for r in changed.rows] == [b"n" * 32, b"m" * 32]
+    assert all(r.racy for r in changed.rows)  # just written: read once more next time
     assert (changed.tree, changed.listing) == (b"", b"")  # no shortcut, no reuse
     # The listing it had is kept aside: the next scan looks at what differs and at the names
     # the restore touched.
-    assert changed.recheck == [b"L", [b"f", b"g", b"new"]]
+    assert changed.recheck == Recheck(b"L", [b"f", b"g", b"new"])
     assert cache.dirs[b"a"].tree == cache.dirs[b""].tree == b""  # ancestors lose their ids
     assert cache.dirs[b"a"].listing == b"L"  # their own entries did not change
     assert (cache.dirs[b"z"].tree, cache.dirs[b"z"].listing) == (b"T3", b"L")
@@ -720,9 +719,9 @@ def test_the_listings_a_restore_knows_are_what_its_directories_then_list(tmp_pat
 
     def cache_now() -> StatCache:
         top = _record(b"T0", [b"a", b"b", b"c"], listing(root))
-        top.rows.append([b"s", 4, 0, 0, 0, 0, 0, b"T1", False])
+        top.rows.append(FileRow(b"s", 4, 0, 0, 0, 0, 0, b"T1", False))
         below = _record(b"T1", [b"q", b"r"], b"")
-        below.recheck = [listing(root / "s"), [b"r"]]
+        below.recheck = Recheck(listing(root / "s"), [b"r"])
         return StatCache(DirTable(records={b"": top, b"s": below}))
 
     cache, adopted, not_adopted = cache_now(), cache_now(), cache_now()
@@ -737,7 +736,7 @@ def test_the_listings_a_restore_knows_are_what_its_directories_then_list(tmp_pat
     os.unlink(root / "b")
     dir_stats = {b"": os.stat(root), b"s": os.stat(root / "s")}
     assert _restored_listings(cache, written, [b"b"], dir_stats) == {
-        b"": (listing(root), []), b"s": (listing(root / "s"), [b"r"])}
+        b"": Recheck(listing(root), []), b"s": Recheck(listing(root / "s"), [b"r"])}
 
     # Through `record_restore`: a directory whose tree id is adopted trusts its new listing
     # when nothing racy is left in it; with a racy name, or without the id, it is kept aside.
@@ -755,11 +754,11 @@ def test_the_listings_a_restore_knows_are_what_its_directories_then_list(tmp_pat
                    time.time_ns())
     top, sub = adopted.dirs[b""], adopted.dirs[b"s"]
     assert (top.tree, top.listing, top.recheck) == (b"R" * 32, listing(root), None)
-    assert (sub.tree, sub.listing, sub.recheck) == (b"S" * 32, b"", [listing(root / "s"), [b"r"]])
+    assert (sub.tree, sub.listing, sub.recheck) == (b"S" * 32, b"", Recheck(listing(root / "s"), [b"r"]))
     record_restore(not_adopted, trees.__getitem__, ObjectId(b"X" * 32), written, [b"b"],
                    dir_stats, time.time_ns())  # a target without "c": the root is not its tree
     top = not_adopted.dirs[b""]
-    assert (top.tree, top.listing, top.recheck) == (b"", b"", [listing(root), []])
+    assert (top.tree, top.listing, top.recheck) == (b"", b"", Recheck(listing(root), []))
 
     cache = cache_now()  # listings of before the following changes: none can be known
     (root / "s" / "new").mkdir()
@@ -770,7 +769,7 @@ def test_the_listings_a_restore_knows_are_what_its_directories_then_list(tmp_pat
 
 def test_a_cache_round_trips_with_rows_left_packed_until_asked(tmp_path: Path) -> None:
     aside = _record(b"T1", [b"c"], b"")
-    aside.recheck = [b"L2", [b"c"]]
+    aside.recheck = Recheck(b"L2", [b"c"])
     cache = StatCache(DirTable(records={b"": _record(b"T0", [b"a", b"b"]), b"d": aside}),
                       gc_generation=3, settings="s")
     path = str(tmp_path / "statcache")
@@ -778,7 +777,7 @@ def test_a_cache_round_trips_with_rows_left_packed_until_asked(tmp_path: Path) -
     again = read_stat_cache(path, gc_generation=3)
     assert (again.settings, again.needs_verification) == ("s", False)
     assert {k: (r.tree, r.listing, r.recheck, r.leaves) for k, r in again.dirs.items()} == {
-        b"": (b"T0", b"L", None, 2), b"d": (b"T1", b"", [b"L2", [b"c"]], 1)}
+        b"": (b"T0", b"L", None, 2), b"d": (b"T1", b"", Recheck(b"L2", [b"c"]), 1)}
     assert again.dirs[b""]._rows is None  # not decoded by loading
     assert again.dirs[b""].rows == cache.dirs[b""].rows
     assert read_stat_cache(path, gc_generation=4).needs_verification
