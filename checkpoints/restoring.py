@@ -46,7 +46,8 @@ from ckpt.checkpoints.journal import (
 )
 from ckpt.checkpoints.model import CheckpointRecord, Event
 from ckpt.checkpoints.paths import RelPath
-from ckpt.checkpoints.scan import ProgressFn, record_restore
+from ckpt.checkpoints.scan import ProgressFn
+from ckpt.checkpoints.statcache_restore import record_restore
 from ckpt.checkpoints.statcache import StatCache, leaf_counts
 from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace, ms
 from ckpt.checkpoints.writing import LockedRoot, naming

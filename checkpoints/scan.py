@@ -63,10 +63,6 @@ from ckpt.checkpoints.statcache import (
     tree_row,
 )
 
-# Kept for service.py, which imports it from here; its home is statcache_restore.py.
-from ckpt.checkpoints.statcache_restore import (
-    record_restore as record_restore,  # noqa: PLC0414 (an explicit re-export, for mypy)
-)
 from ckpt.objstore import (
     ContentChanged,
     EntryKind,

@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ckpt.objstore import FileState
+from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.codec import pack_data, unpack_data
 from ckpt.objstore.errors import CorruptObject
 from ckpt.objstore.ids import OID_SIZE, hash_bytes
@@ -588,16 +589,14 @@ def _wire_size(wire: Wire) -> int:
 
 
 def _replace(path: str, data: bytes) -> None:
-    temp = f"{path}.tmp-{os.urandom(4).hex()}"
-    try:
-        with open(temp, "wb") as out:
-            out.write(data)
-        if not _exchanged(temp, path):
-            os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):  # a full disk must not keep the torn copy too
-            os.unlink(temp)
-        raise
+    # Not fsynced: a cache lost in a crash is rebuilt by reading the files again.
+    write_atomically(path, data, fsync_file=False, fsync_dir=False,
+                     temp_prefix=f"{os.path.basename(path)}.tmp-", replace=_exchange_or_replace)
+
+
+def _exchange_or_replace(temp: str, path: str) -> None:
+    if not _exchanged(temp, path):
+        os.replace(temp, path)
 
 
 # Where renameat2 cannot exchange (no such file yet; an old kernel or a file system without
@@ -609,9 +608,9 @@ _NOT_EXCHANGED = frozenset({errno.ENOENT, errno.EINVAL, errno.ENOSYS, errno.EOPN
 def _exchanged(temp: str, path: str) -> bool:
     """Swap `temp` into `path` atomically and delete what `path` held; False if the names could
     not be exchanged (nothing changed). Why not a rename over: ext4 writes a file renamed over
-    another back at once (auto_da_alloc), which cost a save ~1-2 ms on the stdlib; an exchange
+    another back at once (auto_da_alloc), so the save would wait for the disk; an exchange
     does not. A kill before the unlink leaves the old copy under the temp's name, which gc
-    sweeps like any other temp (`Checkpoints._sweep_temporaries`)."""
+    sweeps like any other temp (`Maintenance._sweep_temporaries`)."""
     if _native_exchange is None:
         return False
     try:  # an absolute destination: renameat2 ignores the directory descriptor

@@ -15,7 +15,7 @@ and records the path. This module does not decide policy, sweep old temp files o
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 _BUFFERS = (bytes, bytearray, memoryview)
 
@@ -28,13 +28,15 @@ def write_atomically(
     fsync_dir: bool,
     mode: int = 0o644,
     temp_prefix: str | None = None,
+    replace: Callable[[str, str], None] = os.replace,
 ) -> None:
     """Replace `path` with `data` (bytes, or chunks written as they come) atomically.
 
     `mode` is the new file's permission bits (before the umask). The temp file is named
     `temp_prefix` plus random hex in `path`'s directory (default `.tmp-<name>-`), so that a
     sweep of leftovers from killed writers can find it. If iterating `data` raises, nothing is
-    written and the exception propagates.
+    written and the exception propagates. `replace(temp, path)` gives the temp the
+    destination's name: `os.replace`, or a caller's own atomic swap of the two names.
     """
     directory, name = os.path.split(path)
     directory = directory or "."
@@ -49,7 +51,7 @@ def write_atomically(
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temp, path)
+        replace(temp, path)
     except BaseException:
         try:
             os.unlink(temp)

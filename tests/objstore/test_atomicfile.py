@@ -3,6 +3,7 @@ no temp file outlives a failed write."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -33,25 +34,36 @@ def test_write_creates_then_replaces_the_destination(tmp_path: Path) -> None:
     assert _names(tmp_path) == ["file"]
 
 
-def test_write_sets_the_mode_and_names_its_temp_file_with_the_prefix(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_write_sets_the_mode_and_names_its_temp_file_with_the_prefix(tmp_path: Path) -> None:
     seen: list[str] = []
-    real_replace = os.replace
 
     def replace(src: str, dst: str) -> None:
         seen.extend(_names(tmp_path))
-        real_replace(src, dst)
+        os.replace(src, dst)
 
-    monkeypatch.setattr(os, "replace", replace)
     old_umask = os.umask(0o022)
     try:
         write_atomically(str(tmp_path / "obj"), b"x", fsync_file=False, fsync_dir=False,
-                         mode=0o444, temp_prefix="part-")
+                         mode=0o444, temp_prefix="part-", replace=replace)
     finally:
         os.umask(old_umask)
     assert len(seen) == 1 and seen[0].startswith("part-")
     assert stat.S_IMODE(os.stat(tmp_path / "obj").st_mode) == 0o444
+
+
+def test_a_failing_replace_of_the_callers_leaves_the_old_content_and_no_temp(
+        tmp_path: Path) -> None:
+    target = tmp_path / "obj"
+    target.write_bytes(b"old")
+
+    def replace(src: str, dst: str) -> None:
+        raise OSError(errno.EXDEV, "cannot swap here")
+
+    with pytest.raises(OSError, match="cannot swap"):
+        write_atomically(str(target), b"new", fsync_file=False, fsync_dir=False,
+                         replace=replace)
+    assert target.read_bytes() == b"old"
+    assert _names(tmp_path) == ["obj"]
 
 
 def test_fsyncs_only_what_the_caller_asks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
