@@ -6,15 +6,15 @@ the logic of `ckpt bench`. A harness imports the public API from here (`from ckp
 Checkpoints`) or from `ckpt.checkpoints`; the names resolve on first use, so `import ckpt` (and
 every CLI start) stays cheap.
 
-The library logs under the `ckpt` logger (stdlib `logging`) and never configures handlers: the
-NullHandler below keeps its records off stderr unless the application (or `ckpt -v`) adds one.
+The library logs under the `ckpt` logger (stdlib `logging`), at DEBUG only, and never
+configures handlers: its records appear only where the application (or `ckpt -v`) asks.
+`logging` is not imported here, so a CLI start that logs nothing does not pay for it.
 
 Nothing else lives here: no logic, no state.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,8 +25,6 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "checkpoints", "cli", "objstore", "tuning"]
-
-logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 
 def __getattr__(name: str) -> Any:

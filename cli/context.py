@@ -13,7 +13,6 @@ before importing it, so Windows gets one line instead of an ImportError.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,11 +25,19 @@ from ckpt.cli.params import check_text
 from ckpt.cli.progress import Progress, make_progress
 
 if TYPE_CHECKING:
+    import logging
+
     from ckpt.checkpoints import Checkpoints
 
 STORE_NAME = ".ckpt"
 F = TypeVar("F", bound=Callable[..., Any])
-log = logging.getLogger(__name__)
+
+
+def _log() -> logging.Logger:
+    """This module's logger; `logging` is imported only by a command that opens the library."""
+    import logging
+
+    return logging.getLogger(__name__)
 
 
 def library() -> type[Checkpoints]:
@@ -93,14 +100,14 @@ class State:
     def open(self) -> Checkpoints:
         """The library, opened once per invocation and closed when the command ends."""
         if self._service is None:
-            log.debug("opening root %s, store %s, session %s", self.root, self.store_dir,
-                      self.session)
+            _log().debug("opening root %s, store %s, session %s", self.root, self.store_dir,
+                         self.session)
             self._service = library().open(self.root, self.store, self.session)
             click.get_current_context().call_on_close(self.close)
         return self._service
 
     def init(self) -> Checkpoints:
-        log.debug("initializing root %s, store %s", self.root, self.store_dir)
+        _log().debug("initializing root %s, store %s", self.root, self.store_dir)
         self._service = library().init(self.root, self.store, self.session)
         click.get_current_context().call_on_close(self.close)
         return self._service

@@ -299,7 +299,7 @@ def test_version_and_help_do_not_load_the_library(env_for: Env) -> None:
             "from ckpt.cli.main import run\n"
             "code = run(sys.argv[1:])\n"
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('zstandard', 'blake3', 'msgpack', 'pathspec', 'sqlite3') "
+            "('zstandard', 'blake3', 'msgpack', 'pathspec', 'sqlite3', 'logging') "
             "or m.startswith('ckpt.objstore') or m == 'ckpt.checkpoints.service')\n"
             "print(code, heavy, file=sys.stderr)\n")
     for args in (["--version"], ["--help"], ["list", "--help"]):
