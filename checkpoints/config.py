@@ -89,7 +89,7 @@ def _check_patterns(value: object) -> object:
 class StoreConfig:
     """Settings of one store. Building one with a bad value raises ConfigError."""
 
-    compression_level: int = 1  # zstd level 1..19; 0 stores blobs raw (1: issue 7, ~20% less CPU)
+    compression_level: int = 1  # zstd level 1..19; 0 stores blobs raw (1: the cheapest CPU)
     threads: int = 0  # hashing/compression workers; 0 = one per CPU
     fsync: str = "batch"  # "none" | "batch" (once per checkpoint) | "full" (every object)
     max_file_size: int = 100 * 1024 * 1024  # larger files are skipped and recorded; 0 = off

@@ -84,8 +84,7 @@ def compress_batch(items: Sequence[bytes], level: int, threads: int) -> Sequence
 
     The result is the native collection itself, not a list of its frames: this often runs on
     a pool thread, and every Python step it takes after the compression holds the GIL that
-    the reading thread is waiting for (Linux first snapshot: a list and a check per frame
-    here cost that thread ~3% of its wall time).
+    the reading thread is waiting for.
     """
     compressor = _compressor(level)  # this thread's: one batch at a time
     multi = getattr(compressor, "multi_compress_to_buffer", None)  # C backend only
