@@ -169,16 +169,25 @@ class _Builder:
                 self.remove(old, path, self.removals)
             return
         if new.kind is EntryKind.TREE:
-            if old is not None and old.kind is not EntryKind.TREE:
-                self.pre_removals.append(Removal(path, old.kind))
-                old = None
-            # A tracked directory is named fully by the target; its ancestors are not, and
-            # are created on demand only if something is written below them.
-            child_mode = "full" if mode == "full" or path in self.covered else "partial"
-            if old is None and child_mode == "full":
-                self.mkdirs.append(path)
-            self.compare_dirs(old.oid if old else None, new.oid, path, child_mode)
-            return
+            self.compare_to_dir(old, new, path, mode)
+        else:
+            self.compare_to_leaf(old, new, path)
+
+    def compare_to_dir(self, old: TreeEntry | None, new: TreeEntry, path: RelPath,
+                       mode: str) -> None:
+        """The target has a directory at `path`."""
+        if old is not None and old.kind is not EntryKind.TREE:
+            self.pre_removals.append(Removal(path, old.kind))
+            old = None
+        # A tracked directory is named fully by the target; its ancestors are not, and
+        # are created on demand only if something is written below them.
+        child_mode = "full" if mode == "full" or path in self.covered else "partial"
+        if old is None and child_mode == "full":
+            self.mkdirs.append(path)
+        self.compare_dirs(old.oid if old else None, new.oid, path, child_mode)
+
+    def compare_to_leaf(self, old: TreeEntry | None, new: TreeEntry, path: RelPath) -> None:
+        """The target has a file or a symlink at `path`."""
         if old is not None and old.kind is EntryKind.TREE:
             if self.keeps_below(path):
                 return  # a recorded-skipped path lives below: never remove it
