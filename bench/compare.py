@@ -195,7 +195,7 @@ class GitShadow(Driver):
     def init(self) -> Measured:
         # gc.auto=0 / maintenance.auto=false: on a kernel-sized first commit git's auto gc would
         # detach a repack into the background, racing the next timed steps and the store-size
-        # reading. The reference figures (PERF-NOTES, issue 7: 83,609 store files) are the loose
+        # reading. The reference figures (docs/perf-log.md: 83,609 store files) are the loose
         # store, so we measure that; an agent tool that let gc run would pay it later.
         return self._run(["init", "-q"], ["config", "core.autocrlf", "false"],
                          ["config", "gc.auto", "0"], ["config", "maintenance.auto", "false"],
@@ -391,7 +391,7 @@ def prepare_install(mode: str, scratch: Path) -> Install:
 
 
 class CkptCli(Driver):
-    """ckpt through its CLI contract (DESIGN.md), one whole process per command."""
+    """ckpt through its CLI contract (docs/DESIGN.md), one whole process per command."""
 
     name = "ckpt"
 

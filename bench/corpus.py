@@ -31,7 +31,7 @@ LINUX_TARBALL = Path("/usr/src/linux-source-6.1.tar.xz")
 LINUX_DIRNAME = "linux-source-6.1"
 LINUX_INSTALL_HINT = "apt-get update && apt-get install -y linux-source-6.1"
 # Debian's packaging appends these to the kernel's top .gitignore; together they ignore the
-# whole top level, so a gitignore-honouring snapshot would capture almost nothing (DESIGN.md).
+# whole top level, so a gitignore-honouring snapshot would capture almost nothing (docs/DESIGN.md).
 LINUX_PACKAGING_IGNORE_LINES = ("/*", "!/debian/")
 # The stdlib directory also holds installed packages and bytecode caches, which change whenever
 # anything is pip-installed or imported; leaving them out keeps the corpus stable (2,450 files).

@@ -1,7 +1,7 @@
 """Checkpoint records and events: the domain's plain, immutable data.
 
 Owns `CheckpointRecord`, `CheckpointStats`, `SkippedPath`, `Event`, their JSON shape (the keys
-and order of DESIGN.md), checkpoint ids (`new_checkpoint_id`) and the ISO 8601 time form
+and order of docs/DESIGN.md), checkpoint ids (`new_checkpoint_id`) and the ISO 8601 time form
 (`format_time` / `parse_time`). Values are checked when a record is built, so a record that
 exists is well formed: aware UTC time, 32-byte tree id, JSON-safe metadata frozen against
 mutation, text that can be written as UTF-8, paths that are non-empty bytes without NUL.
@@ -284,7 +284,7 @@ class CheckpointRecord:
                            tuple(_check_path("absent parent", p) for p in self.absent_parents))
 
     def to_json(self) -> dict[str, Any]:
-        """The record as DESIGN.md shows it, keys in that order; a fresh plain dict."""
+        """The record as docs/DESIGN.md shows it, keys in that order; a fresh plain dict."""
         return {
             "id": self.id,
             "label": self.label,

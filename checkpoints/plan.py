@@ -1,7 +1,7 @@
 """Pure restore planning: from (current manifest, target manifest, scope) to a `RestorePlan`.
 
 The plan is plain data; `restore.apply_plan` is the only code that acts on it, and a dry run is
-this module alone. Rules (DESIGN.md "Restore rules"):
+this module alone. Rules (docs/DESIGN.md "Restore rules"):
 - equal subtrees are skipped by id; an unchanged leaf is only counted;
 - whole-tree scope deletes what the target lacks, but never a path the target recorded as
   skipped (ignored files never appear in either manifest, so they are never touched);

@@ -1,6 +1,6 @@
 """The records the `Checkpoints` API returns: restore, prune, check and store reports.
 
-Plain frozen data with their JSON shapes (DESIGN.md "CLI contract"); nothing here does IO.
+Plain frozen data with their JSON shapes (docs/DESIGN.md "CLI contract"); nothing here does IO.
 """
 
 from __future__ import annotations

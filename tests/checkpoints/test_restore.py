@@ -1,4 +1,4 @@
-"""Restore end to end through `Checkpoints`, on real temp directories (DESIGN.md "Restore rules").
+"""Restore end to end through `Checkpoints`, on real temp directories (docs/DESIGN.md "Restore rules").
 
 Seed CheckpointService flow (tracked scope), undo via the pre-restore checkpoint, later
 checkpoints kept or discarded, symlinks never written through, ignored and skipped paths never

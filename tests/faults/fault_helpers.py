@@ -38,7 +38,7 @@ REPO = str(Path(checkpoints.__file__).resolve().parent.parent)
 SOAK = os.environ.get("CKPT_SOAK", "").lower() in ("1", "true", "yes", "on")
 CKPT_VARS = ("CKPT_ROOT", "CKPT_STORE", "CKPT_SESSION", "CKPT_DEBUG")
 ENTRY = "from ckpt.cli.main import main; main()"
-# Exit codes of DESIGN.md (the CLI contract), spelled out here so the tests pin them.
+# Exit codes of docs/DESIGN.md (the CLI contract), spelled out here so the tests pin them.
 OK, USER_ERROR, USAGE, NOTHING, BUSY, CORRUPT = 0, 1, 2, 3, 4, 5
 
 
