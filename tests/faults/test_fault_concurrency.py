@@ -134,7 +134,7 @@ def test_four_writers_and_a_collector_share_one_store(base: str) -> None:
                                  env=h.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True)
     outputs = [p.communicate(timeout=SECONDS + 300) for p in [*writers, collector]]
-    for process, (out, err) in zip([*writers, collector], outputs):
+    for process, (_, err) in zip([*writers, collector], outputs):
         assert process.returncode == 0, f"a worker failed:\n{err[-3000:]}"
     expected: dict[str, dict[bytes, tuple[object, ...]]] = {}
     latest: dict[str, str] = {}
