@@ -354,6 +354,7 @@ def test_round_copies_are_deleted_oldest_first_and_only_when_short_of_disk() -> 
 
 @needs_git
 @pytest.mark.slow
+@pytest.mark.packaging  # pip installs a venv: run by .ci/run's packaging step, not by default
 def test_compare_measures_a_fresh_non_editable_venv_install(
         tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``--install venv``: pip installs the checkout into a venv in the scratch dir (30-60 s at

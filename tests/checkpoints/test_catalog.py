@@ -530,7 +530,9 @@ def test_records_survive_kill_9_at_any_moment_whole(db_path: str) -> None:
         if rng.random() < 0.5:
             threading.Event().wait(rng.uniform(0, 0.005))
         child.send_signal(signal.SIGKILL)
-        rest, _ = child.communicate()
+        # read() also returns the lines readline() buffered; communicate() reads the raw pipe
+        rest = child.stdout.read()
+        child.communicate()
         assert child.returncode == -signal.SIGKILL
         reported += [line + "\n" for line in rest.split("\n")[:-1]]  # a torn last line: unsure
         reported_ids = [line.strip() for line in reported]

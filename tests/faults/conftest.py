@@ -1,7 +1,8 @@
-"""Fixtures of the fault suite: bytecode cache for children, a clean temp root, the tally.
+"""Fixtures of the fault suite: bytecode cache for children, a clean temp root.
 
 The tally of faults injected and cases passed is printed after the run (and written as JSON to
-`$CKPT_FAULT_REPORT` if set); RELIABILITY.md quotes it.
+`$CKPT_FAULT_REPORT` if set) by tests/conftest.py, which also gathers it from xdist workers;
+RELIABILITY.md quotes it.
 """
 
 from __future__ import annotations
@@ -24,13 +25,3 @@ def base(tmp_path: Path) -> str:
     """A resolved temp directory (roots are compared as real paths)."""
     return os.path.realpath(tmp_path)
 
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not h.TALLY:
-        return
-    terminalreporter.section(f"ckpt fault tally ({'soak' if h.SOAK else 'default'} run)")
-    for line in h.tally_lines():
-        terminalreporter.write_line(line)
-    target = os.environ.get("CKPT_FAULT_REPORT")
-    if target:
-        h.write_tally(target)

@@ -4,7 +4,7 @@
   through the Python API (one long-lived `Checkpoints` each) and the CLI in turn, and now and
   then restore one of their earlier checkpoints; a fifth process runs `ckpt prune` on the
   writers' roots and `ckpt gc` in a loop, with gc_grace_seconds 0 so gc races everything it
-  can. Bounded (20 s; 120 s with CKPT_SOAK=1). Afterwards: `ckpt fsck --full` is clean, every
+  can. Bounded (10 s; 120 s with CKPT_SOAK=1). Afterwards: `ckpt fsck --full` is clean, every
   checkpoint a writer reported and no prune removed is listed and holds exactly the tree it
   was taken of, and each root restores to its latest checkpoint exactly.
 - Two restores of one root (the first one slowed down by its progress callback, as on a slow
@@ -28,7 +28,7 @@ import pytest
 
 from ckpt.checkpoints.service import Checkpoints
 
-SECONDS = h.scale(20, 120)
+SECONDS = h.scale(10, 120)
 WRITERS = 4
 RESTORE_ROUNDS = h.scale(2, 10)
 
@@ -134,7 +134,7 @@ def test_four_writers_and_a_collector_share_one_store(base: str) -> None:
                                  env=h.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True)
     outputs = [p.communicate(timeout=SECONDS + 300) for p in [*writers, collector]]
-    for process, (out, err) in zip([*writers, collector], outputs):
+    for process, (_, err) in zip([*writers, collector], outputs):
         assert process.returncode == 0, f"a worker failed:\n{err[-3000:]}"
     expected: dict[str, dict[bytes, tuple[object, ...]]] = {}
     latest: dict[str, str] = {}

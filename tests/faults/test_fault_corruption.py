@@ -208,7 +208,7 @@ def test_damaged_stat_cache_costs_only_speed(scene: Scene, damaged: str) -> None
     with Checkpoints.open(root) as cp:
         truth = cp.create().tree
         if damaged == "statcache.delta":  # a change saved as a delta against that base
-            edited = sorted(h.walk_files(root))[0]
+            edited = min(h.walk_files(root))
             with open(edited, "ab") as out:
                 out.write(b"edited")
             os.utime(edited, (h.PAST + 1, h.PAST + 1), follow_symlinks=False)

@@ -309,7 +309,7 @@ def _deep(root: str, depth: int, name_len: int) -> bytes:
         os.close(leaf)
     finally:
         os.close(fd)
-    return b"/".join(parts + [b"bottom.txt"])
+    return b"/".join([*parts, b"bottom.txt"])
 
 
 def test_long_names_and_paths_beyond_path_max(base: str) -> None:
@@ -524,7 +524,7 @@ def test_errno_of_a_vanishing_tree_is_not_a_crash(base: str) -> None:
                 try:
                     h.write_file(os.path.join(victim, f"g{index}"), b"again")
                 except OSError as exc:
-                    assert exc.errno in (errno.ENOENT,)
+                    assert exc.errno == errno.ENOENT
 
     worker = threading.Thread(target=churn, daemon=True)
     worker.start()

@@ -9,7 +9,7 @@ interpreter's start, so the kills land inside the operation). After every kill:
 - a killed restore is completed by the next command (`recover`, `create` or `diff`) and the
   tree is exactly the target; a restore killed before it journaled left the tree untouched;
 - the next command is not blocked by a lock the dead child held.
-Points per operation: 8 by default, 50 with CKPT_SOAK=1.
+Points per operation: 5 by default, 50 with CKPT_SOAK=1.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 
 from ckpt.checkpoints.service import Checkpoints
 
-POINTS = h.scale(8, 50)
+POINTS = h.scale(5, 50)
 FILES = 2500
 
 

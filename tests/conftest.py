@@ -1,0 +1,42 @@
+"""Suite-wide hooks: the fault tally, gathered from pytest-xdist's workers when there are any.
+
+The fault suite (tests/faults) counts the faults it injects in `fault_helpers.TALLY`. Under
+xdist each worker process has its own tally; the workers hand theirs back when they finish and
+the controlling process adds them up, so the summary (and `$CKPT_FAULT_REPORT`) covers the whole
+run either way. This lives here, not in tests/faults/conftest.py, because the controlling
+process loads only the top-level conftest.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any
+
+import fault_helpers as h  # tests/faults is on pytest's `pythonpath`
+import pytest
+
+_WORKER_KEY = "ckpt_fault_tally"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: hand the tally to the controller
+        workeroutput[_WORKER_KEY] = {area: dict(c) for area, c in h.TALLY.items()}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    for area, counts in getattr(node, "workeroutput", {}).get(_WORKER_KEY, {}).items():
+        h.TALLY.setdefault(area, Counter()).update(counts)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not h.TALLY:
+        return
+    terminalreporter.section(f"ckpt fault tally ({'soak' if h.SOAK else 'default'} run)")
+    for line in h.tally_lines():
+        terminalreporter.write_line(line)
+    target = os.environ.get("CKPT_FAULT_REPORT")
+    if target:
+        h.write_tally(target)
