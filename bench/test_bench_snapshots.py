@@ -233,7 +233,7 @@ def test_snapshot_after_turn(benchmark: Any, ws: Workspace, bench_scale: float) 
         assert prev is not None
         changes = {os.fsdecode(c.path): c.change for c in ws.cp.diff(prev.id, record.id)}
         assert changes == ({e.path: "M" for e in turn.edits} | {a.path: "A" for a in turn.adds}
-                           | {d: "D" for d in turn.deletes})
+                           | dict.fromkeys(turn.deletes, "D"))
         measured.update(hashed=record.stats.hashed, new_objects=record.stats.new_objects,
                         new_bytes=record.stats.new_bytes)
         previous[0] = record

@@ -486,7 +486,7 @@ class Catalog:
         with self._guard(), self._write() as conn:
             self._insert_event(conn, event)
 
-    def events(self, *, session: str | None = None, type: str | None = None,
+    def events(self, *, session: str | None = None, type: str | None = None,  # noqa: A002
                limit: int | None = None) -> list[Event]:
         """Matching events, oldest first (time, then insertion); `limit` keeps the newest."""
         where, params = [], []

@@ -141,7 +141,7 @@ class NothingMatched(CheckpointError):
 class RestoreIncomplete(CheckpointError):
     """A restore stopped part way; its journal lets `recover` finish it."""
 
-    def __init__(self, id: str, reason: str) -> None:
+    def __init__(self, id: str, reason: str) -> None:  # noqa: A002 (the record's field)
         super().__init__(id, reason)
         self.id = id
         self.reason = reason

@@ -46,9 +46,10 @@ from ckpt.checkpoints.journal import (
 )
 from ckpt.checkpoints.model import CheckpointRecord, Event
 from ckpt.checkpoints.paths import RelPath
+from ckpt.checkpoints.reports import RestoreReport
 from ckpt.checkpoints.scan import ProgressFn
-from ckpt.checkpoints.statcache_restore import record_restore
 from ckpt.checkpoints.statcache import StatCache, leaf_counts
+from ckpt.checkpoints.statcache_restore import record_restore
 from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace, ms
 from ckpt.checkpoints.writing import LockedRoot, naming
 from ckpt.objstore import EntryKind, ObjectId
@@ -56,7 +57,6 @@ from ckpt.objstore.errors import ObjstoreError
 
 if TYPE_CHECKING:
     from ckpt.checkpoints.plan import RestorePlan
-    from ckpt.checkpoints.reports import RestoreReport
     from ckpt.checkpoints.restore import ApplyReport
 
 logger = logging.getLogger("ckpt.checkpoints.restore")
@@ -218,7 +218,7 @@ class Restorer:
         try:
             with naming(intent.staging):
                 staged = stage_files(plan, ws.objects, intent.staging)
-        except BaseException as exc:  # noqa: BLE001 (raised again)
+        except BaseException as exc:
             self._abandon_staging_failure(exc, resuming=resuming)
             raise
         logger.debug("staged %d files in %s", len(plan.writes), os.fsdecode(intent.staging))
@@ -343,8 +343,6 @@ def _restore_event(ws: Workspace, report: RestoreReport) -> Event:
 
 def _dry_run_report(target: CheckpointRecord, plan: RestorePlan, started: float) -> RestoreReport:
     """What the plan would do, counted as a restore that applied it would report."""
-    from ckpt.checkpoints.reports import RestoreReport
-
     removals = plan.removals + plan.pre_removals
     dirs_removed = sum(1 for r in removals if r.kind is EntryKind.TREE)
     return RestoreReport(target.id, len(plan.writes) + len(plan.chmods),
@@ -355,8 +353,6 @@ def _dry_run_report(target: CheckpointRecord, plan: RestorePlan, started: float)
 
 def _report(target: CheckpointRecord, plan: RestorePlan, applied: ApplyReport, pre: str | None,
             discarded: tuple[str, ...], started: float) -> RestoreReport:
-    from ckpt.checkpoints.reports import RestoreReport
-
     return RestoreReport(target.id, applied.written + applied.chmods, applied.deleted,
                          applied.dirs_created, applied.dirs_removed, plan.unchanged,
                          applied.bytes_written, pre, discarded, False, plan,

@@ -62,7 +62,6 @@ from ckpt.checkpoints.statcache import (
     row_name,
     tree_row,
 )
-
 from ckpt.objstore import (
     ContentChanged,
     EntryKind,

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Self
 
 from ckpt.checkpoints.catalog import Catalog
 from ckpt.checkpoints.config import StoreConfig, read_config, write_config
@@ -55,11 +55,6 @@ def preload() -> None:
     would rather pay once at start than at its first restore or first scan without a stat
     cache. The CLI never calls it: each command is one process start, and most never need
     those modules."""
-    import ckpt.checkpoints.ignore  # noqa: PLC0415
-    import ckpt.checkpoints.plan  # noqa: PLC0415
-    import ckpt.checkpoints.reports  # noqa: PLC0415
-    import ckpt.checkpoints.restore  # noqa: PLC0415
-    import ckpt.checkpoints.restoring  # noqa: PLC0415
 
 
 def _utc_now() -> datetime:
@@ -178,7 +173,7 @@ class Checkpoints:
         finally:
             self.catalog.close()
 
-    def __enter__(self) -> Checkpoints:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -247,7 +242,7 @@ class Checkpoints:
     def on(self, event_type: str, callback: Listener) -> None:
         self._ws.listeners.setdefault(event_type, []).append(callback)
 
-    def events(self, *, type: str | None = None, limit: int | None = None,
+    def events(self, *, type: str | None = None, limit: int | None = None,  # noqa: A002
                all_sessions: bool = False) -> builtins.list[Event]:
         return self.catalog.events(session=None if all_sessions else self.session, type=type, limit=limit)
 

@@ -21,6 +21,6 @@ def check_store(store_dir: str | os.PathLike[str]) -> None:
     and `UnsupportedPlatform` where ckpt does not run.
     """
     check_platform()
-    from ckpt.objstore import ObjectStore
+    from ckpt.objstore import ObjectStore  # noqa: PLC0415 (after the check: needs fcntl)
 
     ObjectStore.open(os.fspath(store_dir)).close()

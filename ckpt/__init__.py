@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ckpt import checkpoints, cli, objstore, tuning
     from ckpt.checkpoints import *
 
 # The distribution's version, here so that `ckpt --version` does not pay for importlib.metadata

@@ -121,7 +121,7 @@ def cli(ctx: click.Context, root: str | None, store: str | None, session: str, d
     _start_logging(ctx, verbose)
     if not session:
         raise click.BadParameter("must not be empty", param_hint="'--session'")
-    state.root = root if root else find_root(os.getcwd())
+    state.root = root or find_root(os.getcwd())
 
 
 def _start_logging(ctx: click.Context, verbose: int) -> None:

@@ -256,9 +256,9 @@ def decode_tree(data: bytes, oid: ObjectId | None = None) -> Tree:
             if kind is EntryKind.SYMLINK:
                 entries.append(TreeEntry(name, kind, None, ref, size))
             else:
-                if ref is not None and type(ref) is bytes and kind is not EntryKind.TOMBSTONE:
-                    if len(ref) != OID_SIZE:
-                        raise InvalidTree(oid, f"entry {name!r} has a bad object id")
+                if (ref is not None and type(ref) is bytes and kind is not EntryKind.TOMBSTONE
+                        and len(ref) != OID_SIZE):
+                    raise InvalidTree(oid, f"entry {name!r} has a bad object id")
                 entries.append(make_entry(name, kind, ref, None, size))
         tree = Tree(tuple(entries))
     except InvalidTree as exc:
@@ -281,7 +281,7 @@ def pack_data(value: Any) -> bytes:
 def unpack_data(data: bytes | memoryview, *, what: str = "data") -> Any:
     try:
         return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
-    except Exception as exc:  # msgpack raises a zoo of types for bad input
+    except Exception as exc:  # noqa: BLE001 (msgpack raises a zoo of types for bad input)
         raise CorruptObject(None, f"{what} is not valid msgpack: {exc}") from None
 
 

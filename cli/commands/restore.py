@@ -32,26 +32,23 @@ def summary_line(report: RestoreReport) -> str:
 
 def plan_lines(plan: RestorePlan) -> list[str]:
     """The plan in the order it is applied, one action per line."""
-    lines: list[str] = []
 
     def removal(path: bytes, is_dir: bool) -> str:
         return f"{'rmdir' if is_dir else 'delete':<6} {display_path(path)}"
 
-    for r in plan.pre_removals:
-        lines.append(removal(r.path, r.kind.name == "TREE"))
-    for d in plan.mkdirs:
-        lines.append(f"{'mkdir':<6} {display_path(d)}")
-    for w in plan.writes:
-        if w.entry.kind.name == "SYMLINK":
-            target = display_path(w.entry.target or b"")
-            lines.append(f"{'link':<6} {display_path(w.path)} -> {target}")
-        else:
-            lines.append(f"{'write':<6} {display_path(w.path)}")
-    for path, executable in plan.chmods:
-        lines.append(f"{'chmod':<6} {'+x' if executable else '-x'} {display_path(path)}")
-    for r in plan.removals:
-        lines.append(removal(r.path, r.kind.name == "TREE"))
-    return lines
+    def write(path: bytes, kind: str, target: bytes | None) -> str:
+        if kind == "SYMLINK":
+            return f"{'link':<6} {display_path(path)} -> {display_path(target or b'')}"
+        return f"{'write':<6} {display_path(path)}"
+
+    return [
+        *(removal(r.path, r.kind.name == "TREE") for r in plan.pre_removals),
+        *(f"{'mkdir':<6} {display_path(d)}" for d in plan.mkdirs),
+        *(write(w.path, w.entry.kind.name, w.entry.target) for w in plan.writes),
+        *(f"{'chmod':<6} {'+x' if executable else '-x'} {display_path(path)}"
+          for path, executable in plan.chmods),
+        *(removal(r.path, r.kind.name == "TREE") for r in plan.removals),
+    ]
 
 
 @click.command(epilog="""\b
@@ -72,7 +69,7 @@ Examples:
               help="Restore only P (repeatable; relative to the current directory).")
 @json_option
 @pass_state
-def restore(state: State, id: str, dry_run: bool, no_save: bool, no_event: bool,
+def restore(state: State, id: str, dry_run: bool, no_save: bool, no_event: bool,  # noqa: A002
             discard_later: bool, paths: tuple[str, ...], as_json: bool) -> None:
     """Make the workspace match checkpoint ID (any unique prefix).
 

@@ -147,12 +147,11 @@ def list_(state: State, turn_id: str | None, reason: str | None, all_sessions: b
         return
     header = ["id", "created (UTC)"] + (["session"] if all_sessions else []) + [
         "reason", "turn", "label", "files", "changed"]
-    rows = []
-    for r in records:
-        rows.append([r.id, format_when(r.created_at)]
-                    + ([one_line(r.session, 24)] if all_sessions else [])
-                    + [one_line(r.reason, 16), one_line(r.turn_id, 16), one_line(r.label),
-                       str(r.stats.files), str(r.stats.hashed)])
+    rows = [[r.id, format_when(r.created_at)]
+            + ([one_line(r.session, 24)] if all_sessions else [])
+            + [one_line(r.reason, 16), one_line(r.turn_id, 16), one_line(r.label),
+               str(r.stats.files), str(r.stats.hashed)]
+            for r in records]
     width = len(header)
     write_lines(table(header, rows, right=frozenset({width - 2, width - 1})))
 
@@ -203,7 +202,7 @@ Examples:
 @_checkpoint_id()
 @json_option
 @pass_state
-def show(state: State, id: str, as_json: bool) -> None:
+def show(state: State, id: str, as_json: bool) -> None:  # noqa: A002
     """Show checkpoint ID (any unique prefix) and the files it holds."""
     service = state.open()
     record = service.get(id)
@@ -258,7 +257,7 @@ A added  D deleted  M modified (content or exec bit)  T type changed (file <-> s
 @_checkpoint_id("id2", required=False)
 @json_option
 @pass_state
-def diff(state: State, id: str, id2: str | None, as_json: bool) -> None:
+def diff(state: State, id: str, id2: str | None, as_json: bool) -> None:  # noqa: A002
     """Show what changed from checkpoint ID to the working tree (or to checkpoint ID2)."""
     service = state.open()
     with state.progress() as progress:
@@ -313,7 +312,7 @@ Examples:
 @click.argument("path")
 @json_option
 @pass_state
-def cat(state: State, id: str, path: str, as_json: bool) -> None:
+def cat(state: State, id: str, path: str, as_json: bool) -> None:  # noqa: A002
     """Write file PATH of checkpoint ID to stdout (PATH relative to the workspace root).
 
     Streams the bytes (verified at the end: a corrupt object exits 5). A symlink prints its

@@ -268,7 +268,7 @@ def test_a_manifest_naming_the_store_is_rejected_and_nothing_is_written(root: st
     blob = service.objects.put_bytes(b"evil")
     inner = service.objects.put_tree(Tree.build([TreeEntry(b"evil.txt", EntryKind.FILE, blob, None, 4)]))
     entries = list(service.objects.get_tree(record.tree).entries)
-    forged = service.objects.put_tree(Tree.build(entries + [TreeEntry(b".ckpt", EntryKind.TREE, inner, None, 4)]))
+    forged = service.objects.put_tree(Tree.build([*entries, TreeEntry(b".ckpt", EntryKind.TREE, inner, None, 4)]))
     bad = dataclasses.replace(record, id=record.id[:-1] + ("0" if record.id[-1] != "0" else "1"), tree=forged)
     service.catalog.add_checkpoint(bad)
     store_before = sorted(os.listdir(service.store_dir))

@@ -59,7 +59,8 @@ def ckpt_in(ws: Path, monkeypatch: pytest.MonkeyPatch) -> CkptIn:
         monkeypatch.delenv(name, raising=False)
     runner = CliRunner()
 
-    def run(*args: str, env: dict[str, str] | None = None, input: bytes | None = None) -> Run:
+    def run(*args: str, env: dict[str, str] | None = None,
+            input: bytes | None = None) -> Run:  # noqa: A002 (CliRunner's keyword)
         result = runner.invoke(cli, list(args), env=env, input=input, prog_name="ckpt")
         return Run(result.exit_code, result.stdout, result.stderr, result.stdout_bytes)
 

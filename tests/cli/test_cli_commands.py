@@ -180,7 +180,7 @@ def test_unknown_id_exits_1_naming_it(initialized: Path, ckpt_in: CkptIn) -> Non
 def test_ambiguous_prefix_exits_1_listing_candidates(initialized: Path, ckpt_in: CkptIn) -> None:
     a = create(ckpt_in)
     b = create(ckpt_in)
-    common = os.path.commonprefix([a, b])
+    common = os.path.commonprefix([a, b])  # noqa: RUF071 (ids: characters are the point)
     run = ckpt_in("show", common)
     assert (run.code, run.stdout) == (1, "")
     first, second = sorted([a, b])

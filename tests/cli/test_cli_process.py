@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import fault_helpers  # tests/ dirs are on pytest's `pythonpath`
+
 from ckpt.objstore.ids import parse_oid
 
 CkptProc = Callable[..., Any]

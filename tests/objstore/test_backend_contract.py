@@ -78,9 +78,8 @@ class LocalHarness:
     def leftovers(self) -> list[str]:
         found = []
         for directory, _dirs, files in os.walk(self.root):
-            for name in files:
-                if len(name) != 62 or name.startswith("."):
-                    found.append(os.path.join(directory, name))
+            found.extend(os.path.join(directory, name) for name in files
+                         if len(name) != 62 or name.startswith("."))
         return found
 
     def reopen(self) -> Backend:

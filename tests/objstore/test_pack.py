@@ -295,7 +295,7 @@ def test_compact_folds_loose_objects_and_small_packs_into_one_pack(tmp_path: Pat
     put_all(loose, blobs(13, 40))
     loose.close()
     assert len(pack_files(objects)) == 3
-    assert len([p for p in objects.glob("??/*")]) == 40
+    assert len(list(objects.glob("??/*"))) == 40
     backend = PackedBackend(str(objects))
     backend.compact()
     assert len(pack_files(objects)) == 1 and list(objects.glob("??/*")) == []
@@ -546,7 +546,7 @@ def test_lookups_agree_before_and_after_the_index_tables_merge(tmp_path: Path) -
     every = blobs(17, 300) + blobs(18, 300) + blobs(19, 100)
     absent = [hash_bytes(b"absent %d" % n) for n in range(50)]
     reader = PackedBackend(str(objects))
-    for merged in (False, True):  # searched in place first; iter_ids merges every index
+    for _merged in (False, True):  # searched in place first; iter_ids merges every index
         assert all(reader.get(hash_bytes(d)) == d for d in every)
         assert not any(reader.has(oid) for oid in absent)
         assert len(set(reader.iter_ids())) == 700

@@ -408,7 +408,7 @@ def test_put_absent_many_across_pack_seals_matches_one_at_a_time(tmp_path: Path)
     objects = [(hash_bytes(b), codec.encode_object(b, 0)) for b in blobs]
     assert backend.put_absent(*objects[3])
     # already stored, new, and the same id twice in one batch
-    assert backend.put_absent_many(objects + [objects[10]]) == (
+    assert backend.put_absent_many([*objects, objects[10]]) == (
         [i != 3 for i in range(60)] + [False]
     )
     backend.close()
