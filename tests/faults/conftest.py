@@ -1,8 +1,7 @@
 """Fixtures of the fault suite: bytecode cache for children, a clean temp root.
 
 The tally of faults injected and cases passed is printed after the run (and written as JSON to
-`$CKPT_FAULT_REPORT` if set) by tests/conftest.py, which also gathers it from xdist workers;
-RELIABILITY.md quotes it.
+`$CKPT_FAULT_REPORT` if set) by tests/conftest.py, which also gathers it from xdist workers.
 """
 
 from __future__ import annotations

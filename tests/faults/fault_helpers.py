@@ -6,7 +6,7 @@ tests/faults on sys.path; the name is unique across tests/).
 
 Scale: every count comes from `scale(default, soak)`; `CKPT_SOAK=1` selects the soak figures.
 The tally (faults injected, cases passed) is printed at the end of the run by `conftest.py` and
-written as JSON to `$CKPT_FAULT_REPORT` when that is set (RELIABILITY.md quotes it).
+written as JSON to `$CKPT_FAULT_REPORT` when that is set.
 """
 
 from __future__ import annotations

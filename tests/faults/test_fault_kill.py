@@ -25,6 +25,10 @@ import pytest
 from ckpt.checkpoints.service import Checkpoints
 
 POINTS = h.scale(5, 50)
+# A kill drawn after the operation ended does not land; the next moment is drawn again (from
+# durations measured so far), up to this many runs, so that a loaded machine does not turn
+# into too few kills.
+ATTEMPTS = 3 * POINTS
 FILES = 2500
 
 
@@ -76,7 +80,7 @@ def test_create_killed_at_random_moments_loses_nothing(workspace: tuple[str, ran
     ledger.report(calibration.out.strip(), model)
     moments = Moments(rng, startup, calibration.elapsed)
     landed = 0
-    for point in range(POINTS):
+    for point in range(ATTEMPTS):
         h.mutate(root, rng, changes=800, max_size=12000)
         if point % 3 == 1:  # a file past the streaming threshold: the chunked put path
             h.write_file(os.path.join(root, "huge.bin"), rng.randbytes(9 << 20))
@@ -95,7 +99,9 @@ def test_create_killed_at_random_moments_loses_nothing(workspace: tuple[str, ran
         after = h.ckpt_in(root, "create")  # the next command: not blocked, completes
         assert after.code == h.OK, after
         ledger.report(after.out.strip(), model)
-    h.tally("kill -9 create", injected=landed, points=POINTS, passed=POINTS)
+        if landed >= POINTS:
+            break
+    h.tally("kill -9 create", injected=landed, points=point + 1, passed=point + 1)
     assert landed >= POINTS // 2, f"only {landed} of {POINTS} kills landed inside create"
 
 
@@ -121,7 +127,7 @@ def test_restore_killed_at_random_moments_is_completed_or_untouched(
     current = a
     landed = journaled = 0
     followers = ["recover", "create", "diff"]
-    for point in range(POINTS):
+    for point in range(ATTEMPTS):
         target = b if current == a else a
         before = h.tree_state(root, with_inodes=True)
         run = h.kill_after(root, ["restore", target], moments.next())
@@ -157,9 +163,12 @@ def test_restore_killed_at_random_moments_is_completed_or_untouched(
         assert not [n for n in os.listdir(root) if n.startswith(".ckpt-")], "staging left behind"
         ledger.check(f"restore point {point} (killed={run.killed}, journaled={pending})")
         current = target if expected == models[target] else current
-    h.tally("kill -9 restore", injected=landed, journaled=journaled, points=POINTS, passed=POINTS)
+        if landed >= POINTS and journaled:
+            break
+    h.tally("kill -9 restore", injected=landed, journaled=journaled, points=point + 1,
+            passed=point + 1)
     assert landed >= POINTS // 2, f"only {landed} of {POINTS} kills landed inside restore"
-    assert journaled >= 1 or POINTS < 4, "no kill landed after the journal was written"
+    assert journaled >= 1, "no kill landed after the journal was written"
 
 
 def _make_garbage(root: str, rng: random.Random, ledger: h.Ledger) -> None:
@@ -183,7 +192,7 @@ def test_prune_killed_at_random_moments_keeps_what_it_keeps(
     ledger.forget(set(calibration.json()["removed"]))
     moments = Moments(rng, startup, calibration.elapsed)
     landed = 0
-    for point in range(POINTS):
+    for point in range(ATTEMPTS):
         _make_garbage(root, rng, ledger)
         with Checkpoints.open(root) as cp:
             history = [r.id for r in cp.history()]
@@ -199,7 +208,9 @@ def test_prune_killed_at_random_moments_keeps_what_it_keeps(
         assert gone in (set(), victims & set(ledger.expected)), "a prune was applied in part"
         ledger.forget(gone)
         ledger.check(f"prune point {point} (killed={run.killed})")
-    h.tally("kill -9 prune", injected=landed, points=POINTS, passed=POINTS)
+        if landed >= POINTS:
+            break
+    h.tally("kill -9 prune", injected=landed, points=point + 1, passed=point + 1)
     assert landed >= POINTS // 2, f"only {landed} of {POINTS} kills landed inside prune"
 
 
@@ -220,7 +231,7 @@ def test_gc_killed_at_random_moments_removes_only_garbage(
     assert calibration.code == h.OK and calibration.json()["objects_removed"] > 0, calibration
     moments = Moments(rng, startup, calibration.elapsed)
     landed = 0
-    for point in range(POINTS):
+    for point in range(ATTEMPTS):
         _make_garbage(root, rng, ledger)
         drop_all_but_latest()
         run = h.kill_after(root, ["gc"], moments.next())
@@ -229,5 +240,7 @@ def test_gc_killed_at_random_moments_removes_only_garbage(
             assert run.code == h.OK, run
         landed += run.killed
         ledger.check(f"gc point {point} (killed={run.killed})")
-    h.tally("kill -9 gc", injected=landed, points=POINTS, passed=POINTS)
+        if landed >= POINTS:
+            break
+    h.tally("kill -9 gc", injected=landed, points=point + 1, passed=point + 1)
     assert landed >= POINTS // 2, f"only {landed} of {POINTS} kills landed inside gc"
