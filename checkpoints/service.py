@@ -11,6 +11,7 @@ prints, never exits and changes no process-global state.
 from __future__ import annotations
 
 import builtins
+import importlib
 import os
 import random
 import time
@@ -55,6 +56,8 @@ def preload() -> None:
     would rather pay once at start than at its first restore or first scan without a stat
     cache. The CLI never calls it: each command is one process start, and most never need
     those modules."""
+    for name in ("ignore", "plan", "reports", "restore", "restoring"):
+        importlib.import_module(f"ckpt.checkpoints.{name}")
 
 
 def _utc_now() -> datetime:
