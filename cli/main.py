@@ -12,6 +12,7 @@ commands when they run (see `cli/context.py`).
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -141,6 +142,11 @@ for _module in (setup, snapshot, restore, maintenance, tune):
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console-script entry point: run `ckpt` and exit with the code of cli/errors.py."""
+    # This process is one command and ends with os._exit below, so it runs without the cyclic
+    # collector: a scan's records live until the command ends and hold no cycles, and the
+    # collector would only walk them again and again. The library never touches it; a harness
+    # owns its process and decides for itself.
+    gc.disable()
     code = run(argv)
     try:
         sys.stdout.flush()

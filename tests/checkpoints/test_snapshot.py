@@ -483,3 +483,31 @@ def test_a_snapshot_imports_neither_restoring_nor_maintenance(tmp_path: Path) ->
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_snapshot_and_restore_leave_the_cyclic_collector_running(
+        cp: Checkpoints, ws: Path) -> None:
+    """The library changes no process-global state: a harness's collector keeps collecting
+    during its calls (a library that paused it and switched it back would pass a before/after
+    check, not this one)."""
+    import gc
+
+    for i in range(3000):
+        (ws / f"d{i % 30}").mkdir(exist_ok=True)
+        (ws / f"d{i % 30}" / f"f{i}.txt").write_text(f"{i}\n")
+    collections: list[bool] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(gc.isenabled())
+
+    gc.callbacks.append(seen)
+    try:
+        first = cp.create()
+        shutil.rmtree(ws / "d0")
+        cp.restore(first.id)
+        cp.settle()
+    finally:
+        gc.callbacks.remove(seen)
+    assert collections and all(collections)
+    assert gc.isenabled()

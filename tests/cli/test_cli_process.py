@@ -358,3 +358,14 @@ def test_checkpoint_ids_complete(initialized: Path, ckpt_in: CkptIn, env_for: En
     done = subprocess.run(["ckpt"], cwd=ws, env=env, capture_output=True, text=True,
                           timeout=30, check=False)
     assert f"plain,{first}" in done.stdout.splitlines()
+
+
+def test_the_cli_process_runs_without_the_cyclic_collector(env_for: Env) -> None:
+    """The `ckpt` process is one command (main ends with os._exit): it switches the collector
+    off for itself, as an application may; the library never does (test_snapshot.py)."""
+    code = ("import gc, ckpt.cli.main as m\n"
+            "m.run = lambda argv: print('enabled' if gc.isenabled() else 'disabled') or 0\n"
+            "m.main([])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env_for(),
+                          text=True, timeout=30, check=False)
+    assert (done.returncode, done.stdout) == (0, "disabled\n"), done.stderr
