@@ -19,12 +19,12 @@ import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, rule
+from soak import scale
 
 from ckpt.checkpoints import RestoreOptions
 from ckpt.checkpoints.errors import UnknownCheckpoint
 from ckpt.checkpoints.service import Checkpoints
 
-SOAK = os.environ.get("CKPT_SOAK") == "1"
 NAMES = ("a", "b", "c")
 rel_paths = st.lists(st.sampled_from(NAMES), min_size=1, max_size=3).map("/".join)
 contents = st.sampled_from([b"", b"x", b"y", b"xy", b"hello\n", b"\x00\xff binary", b"z" * 300])
@@ -188,8 +188,8 @@ class WorkspaceRestores(RuleBasedStateMachine):
 
 
 WorkspaceRestores.TestCase.settings = settings(
-    max_examples=500 if SOAK else 25,
-    stateful_step_count=40 if SOAK else 20,
+    max_examples=scale(25, 500),
+    stateful_step_count=scale(20, 40),
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

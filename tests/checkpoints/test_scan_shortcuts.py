@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from soak import scale  # tests/ is on pytest's `pythonpath`
 
 from ckpt.checkpoints import dirlisting
 from ckpt.checkpoints import statcache as statcache_module
@@ -136,7 +137,7 @@ def _listing(entries: dict[bytes, tuple[Any, ...]]) -> bytes:
                     for name, fields in sorted(entries.items()))
 
 
-@settings(max_examples=300 if os.environ.get("CKPT_SOAK") == "1" else 60, deadline=None)
+@settings(max_examples=scale(60, 300), deadline=None)
 @given(old=st.dictionaries(st.binary(min_size=1, max_size=4), _ENTRY, max_size=12),
        edits=st.lists(st.tuples(st.sampled_from(["add", "drop", "touch"]), _ENTRY), max_size=8))
 def test_listing_changes_are_the_entries_that_differ(
@@ -164,7 +165,7 @@ def test_listing_changes_are_the_entries_that_differ(
 _TWO_ENTRIES = _listing({b"a": (0o100644, 1, 2, 3, 4), b"bb": (0o40755, 0, 2, 3, 5)})
 
 
-@settings(max_examples=300 if os.environ.get("CKPT_SOAK") == "1" else 60, deadline=None)
+@settings(max_examples=scale(60, 300), deadline=None)
 @given(old=st.dictionaries(st.binary(min_size=1, max_size=4), _ENTRY, max_size=12),
        changes=st.dictionaries(st.binary(min_size=1, max_size=4), st.none() | _ENTRY,
                                max_size=6),
@@ -603,7 +604,7 @@ def _property_workspace(base: Path, worktree_at: Any, python_listings: bool,
     return base, work
 
 
-@settings(max_examples=300 if os.environ.get("CKPT_SOAK") == "1" else 15, deadline=None,
+@settings(max_examples=scale(15, 300), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=st.lists(st.tuples(st.lists(_OPS, min_size=1, max_size=4), st.booleans()),
                       min_size=2, max_size=6),
@@ -634,7 +635,7 @@ def test_a_scan_with_shortcuts_equals_a_scan_without_a_cache(
     monkeypatch.undo()
 
 
-@settings(max_examples=300 if os.environ.get("CKPT_SOAK") == "1" else 20, deadline=None,
+@settings(max_examples=scale(20, 300), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(turn=st.lists(_OPS, min_size=1, max_size=5), after=st.lists(_OPS, max_size=3),
        settle=st.booleans(), python_listings=st.booleans())

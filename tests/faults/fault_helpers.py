@@ -4,7 +4,7 @@ seeded workspaces, exact tree models, and the tally of injected faults.
 Not a test module: the test files `import fault_helpers` (pyproject's pytest `pythonpath` puts
 tests/faults on sys.path; the name is unique across tests/).
 
-Scale: every count comes from `scale(default, soak)`; `CKPT_SOAK=1` selects the soak figures.
+Scale: every count comes from `scale(default, soak)` (tests/soak.py: `CKPT_SOAK=1`).
 The tally (faults injected, cases passed) is printed at the end of the run by `conftest.py` and
 written as JSON to `$CKPT_FAULT_REPORT` when that is set.
 """
@@ -30,20 +30,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from soak import SOAK as SOAK  # tests/ is on pytest's `pythonpath`; re-exported
+from soak import scale as scale
+
 from ckpt import checkpoints
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.objstore import EntryKind, ObjectId, ObjectStore, hash_bytes
 
 REPO = str(Path(checkpoints.__file__).resolve().parent.parent)
-SOAK = os.environ.get("CKPT_SOAK", "").lower() in ("1", "true", "yes", "on")
 CKPT_VARS = ("CKPT_ROOT", "CKPT_STORE", "CKPT_SESSION", "CKPT_DEBUG")
 ENTRY = "from ckpt.cli.main import main; main()"
 # Exit codes of docs/DESIGN.md (the CLI contract), spelled out here so the tests pin them.
 OK, USER_ERROR, USAGE, NOTHING, BUSY, CORRUPT = 0, 1, 2, 3, 4, 5
-
-
-def scale(default: int, soak: int) -> int:
-    return soak if SOAK else default
 
 
 def seed_for(name: str) -> int:
