@@ -36,6 +36,7 @@ RESTORE_ROUNDS = h.scale(2, 10)
 # checkpoint it was told about: {"id", "model"} (model: hex path -> entry), or a restore.
 WRITER = r"""
 import importlib.util, json, os, random, subprocess, sys, time
+sys.path.insert(0, os.path.dirname(os.path.dirname(sys.argv[1])))  # tests/, for `soak`
 spec = importlib.util.spec_from_file_location("ckpt_fault_helpers", sys.argv[1])
 h = importlib.util.module_from_spec(spec); sys.modules[spec.name] = h; spec.loader.exec_module(h)
 from ckpt.checkpoints.errors import UnknownCheckpoint
