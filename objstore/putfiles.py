@@ -26,6 +26,7 @@ hand-offs. Memory stays bounded by a few batches per compressing thread.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat as statmod
 from collections import deque
@@ -76,7 +77,7 @@ class PutPipeline:
     (stream one large file).
     """
 
-    __slots__ = ("_batch", "_inflight", "_keep", "_level", "_pending", "_pool",
+    __slots__ = ("_batch", "_inflight", "_keep", "_large_new", "_level", "_pending", "_pool",
                  "_put_absent_many", "_put_large", "_refresh", "_slots", "_threshold",
                  "_workers")
 
@@ -97,6 +98,7 @@ class PutPipeline:
         self._pool: ThreadPoolExecutor | None = None
         self._slots: deque[list[Any]] = deque()  # [result, or None while it is out], in order
         self._inflight: deque[_Batch | _LargeFile] = deque()
+        self._large_new: set[ObjectId] = set()  # large contents this call reported new
         self._pending: set[ObjectId] = set()  # read here, not written yet: a copy is not new
         self._batch = _Batch()
 
@@ -200,6 +202,16 @@ class PutPipeline:
         self._inflight.append(large)
         self._write_compressed(self._keep)
 
+    def _report_new_once(self, slot: list[Any]) -> None:
+        """Two copies of one large file stream side by side and may both find the object
+        absent: in order, only the first one that says new stays new, as put_file would say."""
+        result = slot[0]
+        if type(result) is PutResult and result.is_new:
+            if result.oid in self._large_new:
+                slot[0] = dataclasses.replace(result, is_new=False, stored_bytes=0)
+            else:
+                self._large_new.add(result.oid)
+
     def _new_pool(self) -> ThreadPoolExecutor:
         # Whole batches side by side, one thread each: a batch split across the threads leaves
         # them idle at its tail and while the next one is read.
@@ -221,6 +233,7 @@ class PutPipeline:
             oldest = inflight.popleft()
             if isinstance(oldest, _LargeFile):
                 oldest.settle()
+                self._report_new_once(oldest.slot)
             else:
                 self._write_batch(oldest)
 

@@ -507,3 +507,19 @@ def test_put_files_in_any_batching_matches_put_file_in_order(
                                        else 0)
     assert sorted(new_here) == sorted(new_alone)
     assert _compress_threads() == []  # the pool is shut down with the call
+
+
+def test_copies_of_a_large_file_streamed_side_by_side_are_new_once(tmp_path: Path) -> None:
+    """Several copies of one content above the stream threshold stream on the pool at once and
+    may each find the object absent; the call reports it new once, and the rest as present."""
+    content = os.urandom(40_000)
+    paths = []
+    for n in range(4):
+        (tmp_path / f"copy{n}").write_bytes(content)
+        paths.append(str(tmp_path / f"copy{n}"))
+    for _ in range(20):  # the race the report must not depend on
+        store = ObjectStore(MemoryBackend(), StoreOptions(stream_threshold=8_000))
+        results = list(store.put_files(paths, threads=3))
+        assert all(isinstance(r, PutResult) for r in results), results
+        assert [r.oid for r in results if r.is_new] == [results[0].oid]
+        assert [r.stored_bytes > 0 for r in results] == [r.is_new for r in results]
