@@ -16,7 +16,6 @@ import sys
 
 from ckpt.checkpoints.errors import UnsupportedPlatform
 
-SUPPORTED = ("linux", "darwin")
 REFUSED = frozenset({"win32"})
 
 

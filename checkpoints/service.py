@@ -105,22 +105,6 @@ class Checkpoints:
     def config(self, value: StoreConfig) -> None:  # read again at each lock and scan
         self._ws.config = value
 
-    # Where this root's files are in the store: tests look at them.
-    @property
-    def _root_dir(self) -> str:
-        return self._ws.root_dir
-
-    @property
-    def _cache_path(self) -> str:
-        return self._ws.cache_path
-
-    @property
-    def _journal_path(self) -> str:
-        return self._ws.journal_path
-
-    def _gc_generation(self) -> int:
-        return self._ws.gc_generation()
-
     # Restoring and maintenance are imported on first use: a snapshot needs neither.
     @cached_property
     def _restorer(self) -> Restorer:

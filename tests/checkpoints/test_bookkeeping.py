@@ -61,7 +61,7 @@ def test_after_settle_the_cache_knows_what_the_restore_wrote_and_staging_is_gone
     assert h.tree_state(root) == model  # the workspace is done when restore returns
     cp.settle()
     assert h.staging_left(cp.store_dir, root) == []
-    cache = read_stat_cache(cp._cache_path, gc_generation=cp._gc_generation())
+    cache = read_stat_cache(cp._ws.cache_path, gc_generation=cp._ws.gc_generation())
     assert cache.dirs[b""].tree == first.tree  # the restore's tree ids were adopted and saved
     assert cp.create().stats.hashed == 0
 
@@ -109,7 +109,7 @@ def test_a_failed_save_is_raised_once_by_the_next_call_and_costs_nothing_else(
     assert [r.id for r in cp.history()][-3:-1] == [first.id, turn.id]  # queries wait for nothing
     with pytest.raises(OSError) as caught:
         cp.create()  # waits for the restore's save (which may not have run yet) and raises
-    assert caught.value.errno == errno.ENOSPC and caught.value.filename == cp._cache_path
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == cp._ws.cache_path
     monkeypatch.undo()
     again = cp.create()  # raised once: the next call works, from the cache saved before
     assert again.tree == first.tree
@@ -148,7 +148,7 @@ def test_an_interpreter_that_exits_without_close_still_saves_the_cache(root: str
 def test_a_staging_directory_no_journal_names_is_removed_by_the_next_call(
         cp: Checkpoints, root: str) -> None:
     cp.create()
-    leftover = os.path.join(cp._root_dir, "staging-00112233aabb")
+    leftover = os.path.join(cp._ws.root_dir, "staging-00112233aabb")
     os.mkdir(leftover)
     for name in ("0", "1", "removed-1"):
         with open(os.path.join(leftover, name), "wb") as out:
@@ -163,7 +163,7 @@ def test_a_bulky_call_does_its_bookkeeping_before_its_commit(
     as it always did: a failure to save is the call's own, and no checkpoint is recorded."""
     monkeypatch.setattr(writing_module, "BEHIND_MAX_FILES", 3)
     first = cp.create()  # 6 files hashed: bulky
-    assert read_stat_cache(cp._cache_path, gc_generation=0).dirs[b""].tree == first.tree
+    assert read_stat_cache(cp._ws.cache_path, gc_generation=0).dirs[b""].tree == first.tree
     _turn(root)  # 2 files hashed: not bulky, saved behind
     cp.create()
     assert cp._last_write is not None and cp._last_write.running
@@ -226,4 +226,4 @@ def test_a_restore_whose_scan_was_bulky_saves_its_cache_once_before_it_returns(
     monkeypatch.setattr(workspace_module, "write_stat_cache", counted)
     report = cp.restore(first.id)  # the pre-restore scan hashes the 6 new files
     assert report.deleted == 6
-    assert not (cp._last_write is not None and cp._last_write.running) and saves == [cp._cache_path]
+    assert not (cp._last_write is not None and cp._last_write.running) and saves == [cp._ws.cache_path]

@@ -308,9 +308,9 @@ def test_a_restore_an_older_ckpt_left_half_done_is_completed_and_its_file_carrie
         cp.create(label="second")
         # What such a ckpt journaled (a file in the root's directory) before it was killed,
         # half way: staging made, some of it applied.
-        staging = os.fsencode(os.path.join(cp._root_dir, "staging-00112233aabb"))
+        staging = os.fsencode(os.path.join(cp._ws.root_dir, "staging-00112233aabb"))
         os.mkdir(staging)
-        write_intent(cp._journal_path, RestoreIntent(
+        write_intent(cp._ws.journal_path, RestoreIntent(
             checkpoint=first.id, tree=first.tree, scope="tree", covered=(), absent_parents=(),
             keep=(), only=None, pre_restore=None, record_event=True, discard_later=False,
             staging=staging))

@@ -347,7 +347,7 @@ def _cache_files(cp: Checkpoints) -> dict[str, tuple[int, int]]:
     call's bookkeeping has saved them."""
     cp.settle()
     found = {}
-    for path in (cp._cache_path, cp._cache_path + ".delta"):
+    for path in (cp._ws.cache_path, cp._ws.cache_path + ".delta"):
         with suppress(FileNotFoundError):
             st = os.stat(path)
             found[path] = (st.st_ino, st.st_mtime_ns)
@@ -406,14 +406,14 @@ def test_a_restore_of_some_paths_gives_no_directory_a_tree_id_it_does_not_hold(
     time.sleep(2 * RACY_WINDOW_NS / 1e9)
     cp.restore(first.id, RestoreOptions(paths=[work.path(paths[0])]))  # d0 keeps its other edits
     cp.settle()  # the cache is saved after the restore returns
-    cache = read_stat_cache(cp._cache_path, gc_generation=cp._gc_generation())
+    cache = read_stat_cache(cp._ws.cache_path, gc_generation=cp._ws.gc_generation())
     first_d0 = cp.objects.get_tree(first.tree).find(b"d0")
     assert first_d0 is not None and cache.dirs[b"d0"].tree != first_d0.oid
     after = cp.create()
     assert after.tree == cold_scan(cp.root, tmp_path / "cold") != first.tree
     cp.restore(first.id)
     cp.settle()  # the cache is saved after the restore returns
-    cache = read_stat_cache(cp._cache_path, gc_generation=cp._gc_generation())
+    cache = read_stat_cache(cp._ws.cache_path, gc_generation=cp._ws.gc_generation())
     assert cache.dirs[b"d0"].tree == first_d0.oid and cache.dirs[b""].tree == first.tree
     assert cp.create().tree == first.tree
 
