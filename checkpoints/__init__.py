@@ -39,6 +39,12 @@ if TYPE_CHECKING:
         UnsupportedPlatform,
         display_text,
     )
+    from ckpt.checkpoints.identity import (
+        ForeignCheckpoint,
+        WorkspaceRefused,
+        is_store_dir,
+        locate_store,
+    )
     from ckpt.checkpoints.ignore import DirRules, IgnoreRules
     from ckpt.checkpoints.lock import LockOwner
     from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
@@ -68,6 +74,8 @@ _WHERE: dict[str, str] = {
                      "NothingMatched", "NotInitialized", "PathNotInCheckpoint",
                      "RestoreIncomplete", "StoreBusy", "UnknownCheckpoint", "UnsafePath",
                      "UnsupportedPlatform", "display_text"), "errors"),
+    **dict.fromkeys(("ForeignCheckpoint", "WorkspaceRefused", "is_store_dir", "locate_store"),
+                    "identity"),
     **dict.fromkeys(("DirRules", "IgnoreRules"), "ignore"),
     "LockOwner": "lock",
     **dict.fromkeys(("CheckpointRecord", "CheckpointStats", "Event", "SkippedPath"), "model"),
@@ -96,6 +104,7 @@ __all__ = [
     "DirRules",
     "Event",
     "FileEntry",
+    "ForeignCheckpoint",
     "IgnoreRules",
     "LockOwner",
     "NotInitialized",
@@ -114,10 +123,13 @@ __all__ = [
     "UnknownCheckpoint",
     "UnsafePath",
     "UnsupportedPlatform",
+    "WorkspaceRefused",
     "check_platform",
     "check_store",
     "display_text",
     "get_config_value",
+    "is_store_dir",
+    "locate_store",
     "preload",
     "read_config",
     "set_config_value",

@@ -529,3 +529,17 @@ class Catalog:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+    # -- a moved workspace (identity.py) -----------------------------------------------------
+
+    def rebind_root(self, old: str, new: str, *, event: Event | None = None) -> int:
+        """Move the records and the restore journal of root `old` to root `new` (a workspace
+        that moved) and add `event`, in one transaction; the number of records moved."""
+        with self._guard(), self._write() as conn:
+            moved = conn.execute("UPDATE checkpoints SET root = ? WHERE root = ?",
+                                 (os.fsencode(new), os.fsencode(old))).rowcount
+            conn.execute("UPDATE OR REPLACE restores SET root = ? WHERE root = ?",
+                         (os.fsencode(new), os.fsencode(old)))
+            if event is not None:
+                self._insert_event(conn, event)
+        return int(moved)

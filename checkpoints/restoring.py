@@ -37,6 +37,7 @@ from ckpt.checkpoints.errors import (
     RestoreIncomplete,
     UnknownCheckpoint,
 )
+from ckpt.checkpoints.identity import ForeignCheckpoint
 from ckpt.checkpoints.journal import (
     RestoreIntent,
     clear_intent,
@@ -75,6 +76,7 @@ class RestoreOptions:
     discard_later: bool = False  # drop the session's checkpoints newer than the target (no redo)
     dry_run: bool = False  # plan only: the report says what would change; nothing is written
     paths: Sequence[str | bytes] = ()
+    from_other_root: bool = False  # allow a checkpoint of another workspace root (identity.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.paths, tuple):
@@ -94,6 +96,8 @@ class Restorer:
         lock is taken: a path that names nothing in the target or the workspace is refused."""
         ws = self._ws
         target = ws.catalog.resolve(ref)
+        if target.root != ws.root and not options.from_other_root:  # identity: 28.11
+            raise ForeignCheckpoint(target.id, ws.root, target.root)
         if not options.paths:
             return target, None
         only = tuple(ws.user_rel(p, None) for p in options.paths)
@@ -183,7 +187,8 @@ class Restorer:
             applied = self._apply_journaled(locked, intent, plan, progress, resuming=resuming)
         discarded: tuple[str, ...] = ()
         if intent.discard_later:
-            later = [r.id for r in ws.catalog.later_than(target) if r.id != intent.pre_restore]
+            later = [r.id for r in ws.catalog.later_than(target)  # this root's timeline only
+                     if r.id != intent.pre_restore and r.root == ws.root]
             if later:
                 ws.drop(later, reason="discard-later")
             discarded = tuple(later)

@@ -25,6 +25,19 @@ from ckpt.checkpoints.catalog import Catalog
 from ckpt.checkpoints.config import StoreConfig, read_config, write_config
 from ckpt.checkpoints.diff import Change, diff_trees, iter_leaves
 from ckpt.checkpoints.errors import NotInitialized, PathNotInCheckpoint, UnsafePath
+from ckpt.checkpoints.identity import (
+    Binding,
+    WorkspaceRefused,
+    bind_root,
+    check_layout,
+    locate_store,
+    make_link,
+    mark_ignored,
+    new_identity,
+    outside_store_dir,
+    read_marker,
+)
+from ckpt.checkpoints.lock import RootLock
 from ckpt.checkpoints.model import CheckpointRecord, Event
 from ckpt.checkpoints.paths import RelPath
 from ckpt.checkpoints.scan import ProgressFn
@@ -73,9 +86,32 @@ class Checkpoints:
         objects = ObjectStore.open(store_dir, StoreOptions(
             compression_level=config.compression_level, fsync=config.fsync))  # type: ignore[arg-type]
         catalog = Catalog.open(os.path.join(store_dir, "catalog.db"), fsync=config.fsync)  # type: ignore[arg-type]
+        try:
+            self.binding = self._bind(root, store_dir, session, config, catalog, clock)
+        except BaseException:
+            catalog.close()
+            objects.close()
+            raise
         self._ws = Workspace(root, store_dir, session, config, objects, catalog, clock=clock,
-                             rng=rng or random.Random())
+                             rng=rng or random.Random(), key=self.binding.key)
         self._last_write: LockedRoot | None = None  # its bookkeeping may still be running
+
+    @staticmethod
+    def _bind(root: str, store_dir: str, session: str, config: StoreConfig, catalog: Catalog,
+              clock: Clock) -> Binding:
+        """This root's identity and place in the store, its history re-bound if it moved
+        (identity.py); the store's `.gitignore` written if an older ckpt made it."""
+        try:
+            mark_ignored(store_dir)
+        except OSError:  # a read-only store is still readable
+            pass
+
+        def moved(identity: str, old: str, new: str, count: int) -> Event:
+            return Event("workspace:moved", clock(), session,
+                         {"workspace": identity, "from": old, "to": new, "checkpoints": count})
+
+        return bind_root(root, store_dir, catalog, moved_event=moved, lock=lambda root_dir: RootLock(
+            os.path.join(root_dir, "lock"), timeout=config.lock_timeout, purpose="rebind"))
 
     @property
     def root(self) -> str:
@@ -122,13 +158,25 @@ class Checkpoints:
 
     @staticmethod
     def _locate(root: str | os.PathLike[str], store: str | os.PathLike[str] | None) -> tuple[str, str]:
+        """The root and store as real paths (a store reached through a symlink is known for
+        where it is), the store found through the root's marker when none is named; refuses
+        a layout whose checkpoints would capture the store (identity.check_layout)."""
         root_abs = os.path.realpath(os.fspath(root))
-        store_abs = os.path.abspath(os.fspath(store)) if store is not None else os.path.join(root_abs, STORE_NAME)
+        store_abs = os.path.realpath(os.fspath(store)) if store is not None else locate_store(root_abs)
+        check_layout(root_abs, store_abs)
         return root_abs, store_abs
 
     @classmethod
     def init(cls, root: str | os.PathLike[str], store: str | os.PathLike[str] | None = None,
-             session: str = "default", **kwargs: Any) -> Checkpoints:
+             session: str = "default", *, store_outside: bool = False,
+             **kwargs: Any) -> Checkpoints:
+        """Create the store (idempotent) and open it. `store_outside`: keep the store in the
+        per-user data directory, keyed by the workspace's identity, linked from `<root>/.ckpt`
+        so that later opens find it (`identity.outside_store_dir`)."""
+        if store_outside:
+            if store is not None:
+                raise ValueError("pass either store or store_outside, not both")
+            store = cls._outside_store(os.path.realpath(os.fspath(root)))
         root_abs, store_abs = cls._locate(root, store)
         if not os.path.isdir(root_abs):
             raise NotInitialized(root_abs, store_abs)
@@ -136,6 +184,30 @@ class Checkpoints:
         if not os.path.exists(os.path.join(store_abs, "config.toml")):
             write_config(store_abs, StoreConfig())
         return cls(root_abs, store_abs, session, **kwargs)
+
+    @staticmethod
+    def _outside_store(root: str) -> str:
+        """The store outside the workspace `root`: the one its link names, else a new one."""
+        marker = read_marker(root)
+        if marker is not None:
+            if marker.is_store:
+                raise WorkspaceRefused(root, marker.store, "the workspace already has its "
+                                       "store inside it; open it without --store-outside")
+            return marker.store
+        if not os.path.isdir(root):
+            raise NotInitialized(root, None)
+        identity = new_identity()
+        store = outside_store_dir(identity)
+        os.makedirs(os.path.dirname(store), mode=0o700, exist_ok=True)
+        ObjectStore.init(store).close()
+        try:
+            make_link(root, identity, store)
+        except FileExistsError:  # another init linked it first: use the store it named
+            marker = read_marker(root)
+            if marker is None:
+                raise
+            return marker.store
+        return store
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], store: str | os.PathLike[str] | None = None,
@@ -146,6 +218,22 @@ class Checkpoints:
         except StoreNotFound:
             raise NotInitialized(root_abs, store_abs) from None
         return cls(root_abs, store_abs, session, **kwargs)
+
+    @property
+    def workspace_id(self) -> str | None:
+        """This workspace's identity (None: a root ckpt could not give one, keyed by path)."""
+        return self.binding.identity
+
+    @property
+    def moved_from(self) -> str | None:
+        """The path this workspace was re-bound from when it was opened (it had moved)."""
+        return self.binding.moved_from
+
+    @property
+    def copied_from(self) -> str | None:
+        """The workspace this one was found to be a copy of when opened (it got an identity
+        and a history of its own)."""
+        return self.binding.copied_from
 
     def close(self) -> None:
         try:

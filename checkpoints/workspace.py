@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 from ckpt.checkpoints.catalog import Catalog
 from ckpt.checkpoints.config import StoreConfig
 from ckpt.checkpoints.errors import UnsafePath
+from ckpt.checkpoints.identity import MARKER, legacy_key, read_marker
 from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, new_checkpoint_id
 from ckpt.checkpoints.paths import RelPath, parse_relpath, user_path_to_rel
 from ckpt.checkpoints.retention import select_over_cap
 from ckpt.checkpoints.scan import ProgressFn, ScanOptions, ScanResult, scan_paths, scan_workspace
 from ckpt.checkpoints.statcache import StatCache, read_stat_cache, write_stat_cache
 from ckpt.checkpoints.writing import LockedRoot, naming
-from ckpt.objstore import EntryKind, ObjectId, ObjectStore, TreeEntry, hash_bytes
+from ckpt.objstore import EntryKind, ObjectId, ObjectStore, TreeEntry
 
 if TYPE_CHECKING:
     from ckpt.checkpoints.ignore import IgnoreRules
@@ -46,7 +47,7 @@ class Workspace:
 
     def __init__(self, root: str, store_dir: str, session: str, config: StoreConfig,
                  objects: ObjectStore, catalog: Catalog, *, clock: Clock,
-                 rng: random.Random) -> None:
+                 rng: random.Random, key: str | None = None) -> None:
         self.root = root
         self.store_dir = store_dir
         self.session = session
@@ -57,8 +58,11 @@ class Workspace:
         self.rng = rng
         self.listeners: dict[str, list[Listener]] = {}
         self.root_b = os.fsencode(root)
-        self.root_dir = os.path.join(store_dir, "roots", hash_bytes(self.root_b).hex()[:16])
+        # roots/<key>: the workspace's identity (identity.py), so its stat cache, lock and
+        # staging follow it when it moves; the path's hash where it has none.
+        self.root_dir = os.path.join(store_dir, "roots", key or legacy_key(root))
         os.makedirs(self.root_dir, exist_ok=True)
+        self._reserved = self._find_reserved()
 
     # -- where things are ----------------------------------------------------------------
 
@@ -101,11 +105,19 @@ class Workspace:
         except (FileNotFoundError, ValueError):
             return 0
 
-    def store_rel(self) -> list[RelPath]:
+    def _find_reserved(self) -> list[RelPath]:
+        """The store, where it lies inside the root, and the root's marker `.ckpt` (the store,
+        a link to it, or a symlink to either): never captured, never restored over."""
+        reserved: set[RelPath] = set()
         rel = os.path.relpath(self.store_dir, self.root)
-        if rel == "." or rel.startswith(".."):
-            return []
-        return [parse_relpath(rel)]
+        if rel != "." and not rel.startswith(".."):
+            reserved.add(parse_relpath(rel))
+        if read_marker(self.root) is not None:
+            reserved.add(parse_relpath(MARKER))
+        return sorted(reserved)
+
+    def store_rel(self) -> list[RelPath]:
+        return list(self._reserved)
 
     def rel(self, path: str | bytes) -> RelPath:
         text = os.fsdecode(path)

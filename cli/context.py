@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from ckpt.checkpoints import display_text
 from ckpt.cli.params import check_text
 from ckpt.cli.progress import Progress, make_progress
 
@@ -52,8 +53,8 @@ def library() -> type[Checkpoints]:
 
 
 def find_root(start: str) -> str:
-    """The nearest ancestor of `start` (itself included) holding a `.ckpt` directory, else
-    `start`."""
+    """The nearest ancestor of `start` (itself included) holding a `.ckpt` directory (the
+    store, or a link to a store outside the workspace), else `start`."""
     here = os.path.abspath(start)
     while True:
         if os.path.isdir(os.path.join(here, STORE_NAME)):
@@ -92,10 +93,14 @@ class State:
 
     @property
     def store_dir(self) -> str:
-        """The store directory as the library resolves it (absolute)."""
+        """The store directory as the library resolves it (a real path; found through the
+        root's `.ckpt` when --store is not given)."""
         if self.store is not None:
-            return os.path.abspath(self.store)
-        return os.path.join(os.path.realpath(self.root), STORE_NAME)
+            return os.path.realpath(self.store)
+        library()
+        from ckpt.checkpoints import locate_store
+
+        return locate_store(self.root)
 
     def open(self) -> Checkpoints:
         """The library, opened once per invocation and closed when the command ends."""
@@ -104,12 +109,16 @@ class State:
                          self.session)
             self._service = library().open(self.root, self.store, self.session)
             click.get_current_context().call_on_close(self.close)
+            _note_binding(self._service)
         return self._service
 
-    def init(self) -> Checkpoints:
-        _log().debug("initializing root %s, store %s", self.root, self.store_dir)
-        self._service = library().init(self.root, self.store, self.session)
+    def init(self, *, store_outside: bool = False) -> Checkpoints:
+        _log().debug("initializing root %s, store %s", self.root,
+                     "outside" if store_outside else self.store_dir)
+        self._service = library().init(self.root, self.store, self.session,
+                                       store_outside=store_outside)
         click.get_current_context().call_on_close(self.close)
+        _note_binding(self._service)
         return self._service
 
     def close(self) -> None:
@@ -126,6 +135,17 @@ class State:
         finally:
             if bar is not None:
                 bar.finish()
+
+
+def _note_binding(service: Checkpoints) -> None:
+    """One line on stderr when opening re-bound a moved workspace's history, or found the
+    workspace to be a copy of another (the library records the move as an event too)."""
+    if service.moved_from is not None:
+        click.echo(f"ckpt: note: workspace moved from {display_text(service.moved_from)} to "
+                   f"{display_text(service.root)}; its checkpoints follow it", err=True)
+    if service.copied_from is not None:
+        click.echo(f"ckpt: note: workspace is a copy of {display_text(service.copied_from)}; "
+                   "it starts a history of its own", err=True)
 
 
 pass_state = click.make_pass_decorator(State)

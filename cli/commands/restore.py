@@ -67,10 +67,13 @@ Examples:
               help="Drop the session's checkpoints newer than ID (no redo).")
 @click.option("--path", "paths", metavar="P", multiple=True, type=click.Path(path_type=str),
               help="Restore only P (repeatable; relative to the current directory).")
+@click.option("--from-other-root", is_flag=True,
+              help="Allow ID to be a checkpoint of another workspace root (refused otherwise).")
 @json_option
 @pass_state
 def restore(state: State, id: str, dry_run: bool, no_save: bool, no_event: bool,  # noqa: A002
-            discard_later: bool, paths: tuple[str, ...], as_json: bool) -> None:
+            discard_later: bool, paths: tuple[str, ...], from_other_root: bool,
+            as_json: bool) -> None:
     """Make the workspace match checkpoint ID (any unique prefix).
 
     Only what differs is touched. The current state is saved first as a 'pre-restore'
@@ -84,7 +87,8 @@ def restore(state: State, id: str, dry_run: bool, no_save: bool, no_event: bool,
         with state.progress() as progress:
             options = RestoreOptions(save=not no_save, record_event=not no_event,
                                      discard_later=discard_later, dry_run=dry_run,
-                                     paths=tuple(user_path(p) for p in paths))
+                                     paths=tuple(user_path(p) for p in paths),
+                                     from_other_root=from_other_root)
             report = service.restore(id, options, progress=progress)
     except RestoreIncomplete as exc:
         partial = getattr(exc, "report", None)

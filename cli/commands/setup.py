@@ -13,31 +13,55 @@ from typing import Any
 import click
 
 from ckpt.cli.context import State, json_option, pass_state, user_path
-from ckpt.cli.errors import CliError
+from ckpt.cli.errors import USAGE, CliError
 from ckpt.cli.render import path_text, write_json, write_lines
 
 
 @click.command(epilog="""\b
 Examples:
   ckpt init                      # store in ./.ckpt
+  ckpt init --store-outside      # store in ~/.local/share/ckpt/stores/<id>, linked from ./.ckpt
   ckpt --root ~/proj init        # store in ~/proj/.ckpt
-  ckpt --store /fast/ckpt init   # store elsewhere (pass --store, or set CKPT_STORE, later too)
+  ckpt --store /fast/ckpt init   # store elsewhere, linked from ./.ckpt (later commands find it)
 """)
+@click.option("--store-outside", is_flag=True,
+              help="Keep the store outside the workspace, in $XDG_DATA_HOME/ckpt/stores/<id> "
+                   "(default ~/.local/share/...), keyed by the workspace's identity; ./.ckpt "
+                   "then only links to it.")
 @json_option
 @pass_state
-def init(state: State, as_json: bool) -> None:
+def init(state: State, store_outside: bool, as_json: bool) -> None:
     """Create the store for the workspace root (idempotent).
 
-    Prints the store path. Nothing is checkpointed yet: run 'ckpt create'.
+    Prints the store path. Nothing is checkpointed yet: run 'ckpt create'. Inside a folder
+    of an initialized workspace, init reuses that workspace's store and says so; pass
+    --root . to make the folder a workspace of its own (a nested store, which the outer
+    workspace's checkpoints leave out).
     """
     if not os.path.isdir(state.root):
         raise CliError(f"workspace root {state.root} is not a directory",
                        hint="create it first, or pass --root DIR")
-    service = state.init()
+    if store_outside and state.store is not None:
+        raise CliError("--store-outside and --store exclude each other", code=USAGE)
+    from ckpt.checkpoints import is_store_dir
+
+    reused = is_store_dir(state.store_dir)
+    service = state.init(store_outside=store_outside)
+    if reused and _in_subfolder(state, service.root):
+        click.echo(f"ckpt: note: {path_text(service.root)} is already a ckpt workspace; "
+                   f"reusing its store {path_text(service.store_dir)} (to make this folder "
+                   "a workspace of its own, run 'ckpt --root . init')", err=True)
     if as_json:
-        write_json({"store": path_text(service.store_dir), "root": path_text(service.root)})
+        write_json({"store": path_text(service.store_dir), "root": path_text(service.root),
+                    "workspace": service.workspace_id, "reused": reused})
     else:
         write_lines([service.store_dir])
+
+
+def _in_subfolder(state: State, root: str) -> bool:
+    """Whether the root was found above the current directory (no --root given)."""
+    explicit = click.get_current_context().find_root().params.get("root")
+    return not explicit and os.path.realpath(os.getcwd()) != root
 
 
 _TRACK_EPILOG = """\b

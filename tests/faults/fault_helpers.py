@@ -34,6 +34,7 @@ from soak import SOAK as SOAK  # tests/ is on pytest's `pythonpath`; re-exported
 from soak import scale as scale
 
 from ckpt import checkpoints
+from ckpt.checkpoints.identity import root_key
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.objstore import EntryKind, ObjectId, ObjectStore, hash_bytes
 
@@ -345,8 +346,9 @@ def journals(store: str) -> list[str]:
 
 
 def root_dir(store: str, root: str) -> str:
-    """`<store>/roots/<key>`: blake3 of the absolute root path, 16 hex (ARCHITECTURE.md)."""
-    return os.path.join(store, "roots", hash_bytes(os.fsencode(root)).hex()[:16])
+    """`<store>/roots/<key>`: the workspace's identity, or the hash of the root path for a
+    root not yet given one (ARCHITECTURE.md)."""
+    return os.path.join(store, "roots", root_key(root))
 
 
 def set_config(root: str, key: str, value: str, store: str | None = None) -> None:
