@@ -246,10 +246,11 @@ def check_layout(root: str, store: str) -> None:
         raise WorkspaceRefused(root, store, "the store is the root itself")
     if root.startswith(store.rstrip(os.path.sep) + os.path.sep):
         raise WorkspaceRefused(root, store, "the root lies inside the store")
-    here = os.path.dirname(root)
-    while True:  # a root inside any store (another workspace's) is refused too
+    here = root
+    while True:  # a root that is, or lies inside, any store (another workspace's) too
         if is_store_dir(here):
-            raise WorkspaceRefused(root, store, f"the root lies inside the ckpt store {here}")
+            raise WorkspaceRefused(root, store, "the root is a ckpt store" if here == root
+                                   else f"the root lies inside the ckpt store {here}")
         parent = os.path.dirname(here)
         if parent == here:
             return

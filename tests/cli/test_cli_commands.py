@@ -36,7 +36,9 @@ def test_init_prints_the_store_path_and_is_idempotent(ws: Path, ckpt_in: CkptIn)
     assert (first.code, first.stdout, first.stderr) == (0, f"{ws}/.ckpt\n", "")
     again = ckpt_in("init", "--json")
     assert again.code == 0 and again.stderr == ""
-    assert json.loads(again.stdout) == {"store": f"{ws}/.ckpt", "root": str(ws)}
+    doc = json.loads(again.stdout)
+    assert doc == {"store": f"{ws}/.ckpt", "root": str(ws), "workspace": doc["workspace"],
+                   "reused": True}
 
 
 def test_init_of_a_missing_root_is_a_user_error(ws: Path, ckpt_in: CkptIn) -> None:
@@ -542,7 +544,7 @@ def test_session_and_store_options(ws: Path, ckpt_in: CkptIn, tmp_path: Path) ->
     assert json.loads(run.stdout)["session"] == "t1"
     env_run = ckpt_in("list", "--json", env={"CKPT_STORE": str(store), "CKPT_SESSION": "t1"})
     assert len(json.loads(env_run.stdout)) == 1
-    assert not (ws / ".ckpt").exists()
+    assert not (ws / ".ckpt" / "format").exists()  # only the link naming the store
 
 
 def test_missing_object_exits_5_for_restore_and_fsck(initialized: Path, ckpt_in: CkptIn) -> None:

@@ -59,7 +59,8 @@ def two(initialized: Path, ckpt_in: CkptIn) -> tuple[str, str]:
 
 
 def test_init_schema(ws: Path, ckpt_in: CkptIn) -> None:
-    check(doc(ckpt_in("init", "--json")), {"store": str, "root": str})
+    check(doc(ckpt_in("init", "--json")), {"store": str, "root": str, "workspace": (str, type(None)),
+                                           "reused": bool})
 
 
 def test_track_and_untrack_schema(initialized: Path, ckpt_in: CkptIn) -> None:

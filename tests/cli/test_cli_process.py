@@ -104,7 +104,7 @@ def test_environment_variables_set_root_store_and_session(
     assert ckpt_proc("init", env=env).stdout == f"{store}\n"
     rec = ok_json(ckpt_proc("create", "--json", cwd=tmp_path, env=env))
     assert rec["session"] == "agent-7"
-    assert not (ws / ".ckpt").exists()
+    assert not (ws / ".ckpt" / "format").exists()  # only the link naming the store
 
 
 def test_uninitialized_root_in_a_process(ws: Path, ckpt_proc: CkptProc) -> None:
@@ -165,11 +165,11 @@ with RootLock(sys.argv[1], timeout=5, purpose="test-holder"):
 
 def test_root_locked_by_a_live_process_exits_4_naming_the_holder(
         initialized: Path, ckpt_in: CkptIn, ckpt_proc: CkptProc, env_for: Env) -> None:
-    from ckpt.objstore import hash_bytes
+    from ckpt.checkpoints.identity import root_key
 
     ws = initialized
     assert ckpt_in("config", "set", "lock_timeout", "0.5").stdout == "lock_timeout = 0.5\n"
-    key = hash_bytes(os.fsencode(os.path.realpath(ws))).hex()[:16]
+    key = root_key(str(ws))  # the workspace's identity (ARCHITECTURE.md: roots/<key>)
     lock_dir = ws / ".ckpt" / "roots" / key
     lock_dir.mkdir(parents=True, exist_ok=True)
     lock = lock_dir / "lock"
