@@ -26,10 +26,12 @@ from ckpt.checkpoints.config import StoreConfig, read_config, write_config
 from ckpt.checkpoints.diff import Change, diff_trees, iter_leaves
 from ckpt.checkpoints.errors import NotInitialized, PathNotInCheckpoint, UnsafePath
 from ckpt.checkpoints.identity import (
+    MARKER,
     Binding,
     WorkspaceRefused,
     bind_root,
     check_layout,
+    is_store_dir,
     locate_store,
     make_link,
     mark_ignored,
@@ -180,6 +182,12 @@ class Checkpoints:
         root_abs, store_abs = cls._locate(root, store)
         if not os.path.isdir(root_abs):
             raise NotInitialized(root_abs, store_abs)
+        if (store is None and store_abs != os.path.join(root_abs, MARKER)
+                and not is_store_dir(store_abs)):
+            # .ckpt is a symlink, or a link, to a directory that is no store: whoever planted
+            # it must not get a store made wherever they point (a store is made where named).
+            raise WorkspaceRefused(root_abs, store_abs, f"{MARKER} points at a directory that "
+                                   "is not a ckpt store; pass --store DIR to make one there")
         ObjectStore.init(store_abs).close()
         if not os.path.exists(os.path.join(store_abs, "config.toml")):
             write_config(store_abs, StoreConfig())

@@ -136,3 +136,25 @@ def test_moved_and_copied_workspaces_keep_their_own_history(tmp_path: object) ->
     assert (latest.code, latest.out.strip()) == (h.OK, first)
     h.fsck_clean(w2)
     h.tally("identity moved workspace", injected=2, passed=2)
+
+
+@pytest.mark.parametrize("plant", ["symlink", "link-directory"])
+def test_planted_marker_never_makes_a_store_elsewhere(tmp_path: object, plant: str) -> None:
+    """An agent plants `.ckpt` pointing at a directory of the user's (a symlink, or a link
+    directory naming it): no command writes there, and none treats it as a store."""
+    base = str(tmp_path)
+    root = _tree(base, "ws", "plant-" + plant)
+    victim = os.path.join(base, "home")
+    os.mkdir(victim)
+    h.write_file(os.path.join(victim, ".bashrc"), b"echo hi\n")
+    if plant == "symlink":
+        os.symlink(victim, os.path.join(root, ".ckpt"))
+    else:
+        os.mkdir(os.path.join(root, ".ckpt"))
+        h.write_file(os.path.join(root, ".ckpt", "workspace"),
+                     b"ckpt-workspace 1\nid 0123456789abcdef\nstore " + os.fsencode(victim) + b"\n")
+    for args in (["init"], ["create"], ["list"], ["gc"]):
+        run = h.ckpt(root, *args)
+        assert run.code == h.USER_ERROR, run
+    assert sorted(os.listdir(victim)) == [".bashrc"], "a command wrote into the victim"
+    h.tally("identity planted marker", injected=4, passed=4)
