@@ -40,12 +40,12 @@ if TYPE_CHECKING:
     from ckpt.checkpoints.reports import (
         CheckReport,
         FileEntry,
+        GcReport,
         PruneReport,
         RestoreReport,
         StoreStats,
     )
     from ckpt.checkpoints.restoring import RestoreOptions, Restorer
-    from ckpt.objstore.gc import GcReport
 
 STORE_NAME = ".ckpt"
 
@@ -135,6 +135,9 @@ class Checkpoints:
         ObjectStore.init(store_abs).close()
         if not os.path.exists(os.path.join(store_abs, "config.toml")):
             write_config(store_abs, StoreConfig())
+        from ckpt.checkpoints.reserve import replenish  # noqa: PLC0415 (only init and gc need it)
+
+        replenish(store_abs)  # room for prune and gc on a full disk
         return cls(root_abs, store_abs, session, **kwargs)
 
     @classmethod
@@ -192,7 +195,11 @@ class Checkpoints:
                turn_id: str | None = None, message_id: str | None = None,
                tool_call_id: str | None = None, summary: str | None = None,
                metadata: Mapping[str, Any] | None = None, paths: Sequence[str | bytes] | None = None,
-               progress: ProgressFn | None = None) -> CheckpointRecord:
+               progress: ProgressFn | None = None, keep: int | None = None) -> CheckpointRecord:
+        """Take a checkpoint. `keep=N` caps the session's checkpoints on this root at N after
+        it (the oldest go; 0 = no cap for this call); None applies `config.retention_cap`."""
+        if keep is not None and keep < 0:
+            raise ValueError("keep must be >= 0")
         extra = [self._ws.user_rel(p, None) for p in paths or ()]
         with self._writing("create") as locked:
             tracked = list(self.tracked())
@@ -200,7 +207,7 @@ class Checkpoints:
             return self._ws.snapshot(locked, covered, progress, label=label, reason=reason,
                                      turn_id=turn_id, message_id=message_id,
                                      tool_call_id=tool_call_id, summary=summary,
-                                     metadata=dict(metadata or {}))
+                                     metadata=dict(metadata or {}), keep=keep)
 
     def restore(self, ref: str, options: RestoreOptions | None = None, *,
                 progress: ProgressFn | None = None) -> RestoreReport:
@@ -313,6 +320,9 @@ class Checkpoints:
     def prune(self, *, reason: str | None = None, turn_id: str | None = None,
               keep_latest: int | None = None, older_than: timedelta | None = None,
               dry_run: bool = False, collect: bool = True) -> PruneReport:
+        """Drop this session's checkpoints on this root that match every filter, then (if
+        any went and `collect`) run gc. `PruneIncomplete` if that gc fails: the checkpoints
+        are gone all the same."""
         return self._maintenance.prune(reason=reason, turn_id=turn_id, keep_latest=keep_latest,
                                        older_than=older_than, dry_run=dry_run,
                                        collect=self.gc if collect else None)
