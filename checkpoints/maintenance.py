@@ -239,5 +239,8 @@ class Maintenance:
             count += 1
             stored += backend.stat(oid).size
         records = ws.catalog.history(session=None)
+        roots: dict[str, int] = {}
+        for record in records:
+            roots[record.root] = roots.get(record.root, 0) + 1
         return StoreStats(count, stored, sum(r.stats.bytes for r in records), len(records),
-                          ws.catalog.session_counts())
+                          ws.catalog.session_counts(), dict(sorted(roots.items())))

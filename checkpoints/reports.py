@@ -5,7 +5,7 @@ Plain frozen data with their JSON shapes (docs/DESIGN.md "CLI contract"); nothin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -120,8 +120,9 @@ class StoreStats:
     objects: int
     stored_bytes: int  # on disk, compressed
     logical_bytes: int  # sum of every checkpoint's file bytes
-    checkpoints: int
-    sessions: dict[str, int]
+    checkpoints: int  # of every root and session of the store
+    sessions: dict[str, int]  # checkpoints per session, every root counted
+    roots: dict[str, int] = field(default_factory=dict)  # checkpoints per root, every session
 
     @property
     def dedup_ratio(self) -> float:

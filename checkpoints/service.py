@@ -259,10 +259,13 @@ class Checkpoints:
         return self.catalog.resolve(ref)
 
     def history(self, *, turn_id: str | None = None, reason: str | None = None,
-                all_sessions: bool = False) -> builtins.list[CheckpointRecord]:
+                all_sessions: bool = False, all_roots: bool = False) -> builtins.list[CheckpointRecord]:
+        """The session's checkpoints on this root (`all_sessions`: every session's on this
+        root; `all_roots`: on every root of the store too), oldest first."""
         # A store may be shared by several roots: a timeline is one root's checkpoints.
         return self.catalog.history(session=None if all_sessions else self.session,
-                                    turn_id=turn_id, reason=reason, root=self.root)
+                                    turn_id=turn_id, reason=reason,
+                                    root=None if all_roots else self.root)
 
     def list(self) -> builtins.list[CheckpointRecord]:
         return self.history()

@@ -203,22 +203,27 @@ Examples:
 @json_option
 @pass_state
 def stats(state: State, as_json: bool) -> None:
-    """Objects, bytes on disk, logical bytes, dedup ratio, checkpoints per session.
+    """The whole store: objects, bytes on disk, logical bytes, dedup ratio, and checkpoints
+    of every root and session (per session and per root).
 
     Logical bytes add up every checkpoint's files; the dedup ratio is logical / on disk.
+    (`list`, `prune` and `events` work on the session; `list --all-sessions --all-roots`
+    shows what `stats` counts.)
     """
     s = state.open().stats()
     if as_json:
         write_json({"objects": s.objects, "stored_bytes": s.stored_bytes,
                     "logical_bytes": s.logical_bytes, "dedup_ratio": round(s.dedup_ratio, 3),
-                    "checkpoints": s.checkpoints, "sessions": dict(s.sessions)})
+                    "checkpoints": s.checkpoints, "sessions": dict(s.sessions),
+                    "roots": dict(s.roots)})
         return
     lines = [f"objects        {s.objects}",
              f"on disk        {format_size(s.stored_bytes)} ({s.stored_bytes} bytes)",
              f"logical        {format_size(s.logical_bytes)} ({s.logical_bytes} bytes)",
              f"dedup ratio    {s.dedup_ratio:.2f}x",
-             f"checkpoints    {s.checkpoints}"]
-    lines.extend(f"  {name}  {count}" for name, count in s.sessions.items())
+             f"checkpoints    {s.checkpoints} (every root and session of the store)"]
+    lines.extend(f"  session {name}  {count}" for name, count in s.sessions.items())
+    lines.extend(f"  root {display_path(root)}  {count}" for root, count in s.roots.items())
     write_lines(lines)
 
 

@@ -446,9 +446,9 @@ def test_stats(initialized: Path, ckpt_in: CkptIn) -> None:
     run = ckpt_in("stats")
     assert (run.code, run.stderr) == (0, "")
     lines = run.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["objects", "on", "logical", "dedup",
-                                                  "checkpoints", "default", "s2"]
-    assert lines[4] == "checkpoints    2"
+    assert [line.split()[:2] for line in lines][5:] == [["session", "default"],
+                                                       ["session", "s2"], ["root", str(initialized)]]
+    assert lines[4] == "checkpoints    2 (every root and session of the store)"
 
 
 def test_events(initialized: Path, ckpt_in: CkptIn) -> None:

@@ -142,7 +142,7 @@ def test_fsck_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
 def test_stats_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
     out = doc(ckpt_in("stats", "--json"))
     check(out, {"objects": int, "stored_bytes": int, "logical_bytes": int,
-                "dedup_ratio": float, "checkpoints": int, "sessions": dict})
+                "dedup_ratio": float, "checkpoints": int, "sessions": dict, "roots": dict})
     assert out["sessions"] == {"default": 2}
 
 
