@@ -54,6 +54,7 @@ if TYPE_CHECKING:
         RestoreReport,
         StoreStats,
     )
+    from ckpt.checkpoints.reserve import make_room
     from ckpt.checkpoints.restoring import RestoreOptions
     from ckpt.checkpoints.service import STORE_NAME, Checkpoints, preload
     from ckpt.checkpoints.store_setup import check_store
@@ -77,6 +78,7 @@ _WHERE: dict[str, str] = {
     "RelPath": "paths",
     "RestorePlan": "plan",
     "RestoreOptions": "restoring",
+    "make_room": "reserve",
     "check_platform": "platform",
     **dict.fromkeys(("CheckReport", "FileEntry", "GcReport", "HeldBack", "PruneReport",
                      "RestoreReport", "StoreStats"),
@@ -125,6 +127,7 @@ __all__ = [
     "check_store",
     "display_text",
     "get_config_value",
+    "make_room",
     "preload",
     "read_config",
     "set_config_value",

@@ -25,6 +25,7 @@ from ckpt.checkpoints.model import Event
 from ckpt.checkpoints.retention import select_prunable
 from ckpt.checkpoints.statcache import check_stat_cache
 from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace
+from ckpt.checkpoints.writing import naming
 from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.local import remove_if_older
 
@@ -99,8 +100,9 @@ class Maintenance:
                                                 {intent.staging for intent in journaled})
             from ckpt.objstore.gc import collect_garbage  # noqa: PLC0415 (lazy: see the module)
 
-            found = collect_garbage(ws.objects, roots, grace_seconds=grace,
-                                    now=time.time(), dry_run=dry_run)
+            with naming(os.path.join(ws.store_dir, "objects")):  # a compaction's ENOSPC
+                found = collect_garbage(ws.objects, roots, grace_seconds=grace,
+                                        now=time.time(), dry_run=dry_run)
             if found.objects_removed and not dry_run:
                 self._bump_gc_generation()
             held = self._held_back(roots, grace) if found.objects_young else None

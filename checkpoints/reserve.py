@@ -7,7 +7,9 @@ left sparse by a file system, which would reserve nothing):
 
     made      by `init`, and again by prune/gc once the disk has room for it several times over
     released  by prune and gc before anything else, when the free space of the store's file
-              system is under LOW_WATER (what frees space without needing space runs first)
+              system is under LOW_WATER (what frees space without needing space runs first);
+              `make_room` does it before the store is even opened (opening the catalog
+              needs a little room too), for a process about to prune or gc
 
 The file is only ever created with O_EXCL|O_NOFOLLOW and removed by name (unlink follows no
 symlink), so a file planted in its place is never written through. Nothing else in ckpt
@@ -91,3 +93,14 @@ def replenish(store_dir: str) -> bool:
             os.unlink(temp)
         return False
     return True
+
+
+def make_room(store_dir: str | os.PathLike[str]) -> int:
+    """Give back the space reserve of the store at `store_dir` if its disk is nearly full:
+    for a process about to prune or gc that has not opened the store yet. Touches nothing
+    unless `store_dir` holds a ckpt store. The bytes given back."""
+    path = os.fspath(store_dir)
+    if not (os.path.isfile(os.path.join(path, "format"))
+            and os.path.isfile(os.path.join(path, "catalog.db"))):
+        return 0
+    return release(path)

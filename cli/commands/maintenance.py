@@ -71,11 +71,13 @@ def prune(state: State, reason: str | None, turn_id: str | None, keep_latest: in
 
     At least one filter is required: pruning everything must not be one typo away.
     """
-    from ckpt.checkpoints import PruneIncomplete
+    from ckpt.checkpoints import PruneIncomplete, make_room
 
     if reason is None and turn_id is None and keep_latest is None and older_than is None:
         raise click.UsageError("give at least one of --reason, --turn, --keep-latest, "
                                "--older-than")
+    if not dry_run:
+        make_room(state.store_dir)  # on a full disk, opening the catalog needs room too
     try:
         report = state.open().prune(reason=reason, turn_id=turn_id, keep_latest=keep_latest,
                                older_than=older_than, dry_run=dry_run, collect=not no_gc)
@@ -83,9 +85,8 @@ def prune(state: State, reason: str | None, turn_id: str | None, keep_latest: in
         _print_prune(cast("PruneReport", exc.report), as_json, gc_failed=exc.error)
         failure = classify(exc.error)
         raise CliError(f"pruned {len(exc.removed)} checkpoint(s), but gc failed: "
-                       f"{failure.message}", hint="the checkpoints are gone; run 'ckpt gc' "
-                       "to free their objects" + (f" ({failure.hint})" if failure.hint else ""),
-                       code=PARTLY_DONE) from exc
+                       f"{failure.message}", hint="'ckpt gc' frees their objects once it can run"
+                       + (f"; {failure.hint}" if failure.hint else ""), code=PARTLY_DONE) from exc
     _print_prune(report, as_json)
 
 
@@ -128,6 +129,10 @@ Examples:
 def gc(state: State, dry_run: bool, as_json: bool) -> None:
     """Remove objects no checkpoint of any root or session needs (once older than the
     gc_grace_seconds setting)."""
+    from ckpt.checkpoints import make_room
+
+    if not dry_run:
+        make_room(state.store_dir)  # on a full disk, opening the catalog needs room too
     report = state.open().gc(dry_run=dry_run)
     if as_json:
         write_json(report.to_json())
