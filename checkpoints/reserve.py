@@ -2,8 +2,7 @@
 
 A full disk must not jam the store: prune has to commit a catalog write (a few pages of the
 SQLite WAL) and gc has to write its small files before they can free anything. So the store
-keeps `<store>/reserve`, RESERVE_BYTES of incompressible bytes (zeros may be compressed or
-left sparse by a file system, which would reserve nothing):
+keeps `<store>/reserve`, RESERVE_BYTES of allocated blocks (`_allocate`):
 
     made      by `init`, and again by prune/gc once the disk has room for it several times over
     released  by prune and gc before anything else, when the free space of the store's file
@@ -20,6 +19,7 @@ make or remove: the reserve is a help, not a promise.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 
@@ -61,6 +61,22 @@ def release(store_dir: str, *, always: bool = False) -> int:
     return freed
 
 
+def _allocate(fd: int) -> None:
+    """RESERVE_BYTES of blocks really allocated: fallocate where the file system has it (no
+    data written), else incompressible bytes written and synced (zeros might be compressed
+    or left sparse, which would reserve nothing)."""
+    try:
+        os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        return
+    except (AttributeError, OSError) as exc:  # macOS has none; some file systems refuse it
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            raise
+    view = memoryview(os.urandom(RESERVE_BYTES))
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)  # allocated for real, not only promised by a delayed-allocation fs
+
+
 def replenish(store_dir: str) -> bool:
     """Make the reserve if it is missing and the disk has room for it (REMAKE_FREE beside
     it); True if made. A failure (the disk filled meanwhile, a read-only store) leaves no
@@ -81,10 +97,7 @@ def replenish(store_dir: str) -> bool:
         return False
     try:
         try:
-            view = memoryview(os.urandom(RESERVE_BYTES))
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)  # allocated for real, not only promised by a delayed-allocation fs
+            _allocate(fd)
         finally:
             os.close(fd)
         os.rename(temp, path)
