@@ -266,12 +266,16 @@ Examples:
                    "checkpoint:prune).")
 @click.option("--limit", type=click.IntRange(min=0), metavar="N",
               help="Only the newest N (still printed oldest first).")
-@click.option("--all-sessions", is_flag=True, help="Every session, not only --session.")
+@click.option("--all-sessions", is_flag=True,
+              help="Every session, not only --session (events of every root either way).")
 @json_option
 @pass_state
 def events(state: State, type_: str | None, limit: int | None, all_sessions: bool,
            as_json: bool) -> None:
-    """List the session's events (creates, restores, prunes), oldest first."""
+    """List the session's events (creates, restores, prunes), oldest first.
+
+    Events are kept per store, not per root: those of the session on every root are listed.
+    """
     found: list[Event] = state.open().events(type=type_, limit=limit, all_sessions=all_sessions)
     if as_json:
         write_json([e.to_json() for e in found])
