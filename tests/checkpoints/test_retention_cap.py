@@ -9,8 +9,9 @@ its target are never what the cap evicts, even at cap 1.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -21,15 +22,11 @@ from ckpt.checkpoints.config import read_config, write_config
 from ckpt.checkpoints.service import Checkpoints
 
 
-class StepClock:
-    """One minute per reading: creation times distinct and ordered."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        self.now += timedelta(minutes=1)
-        return self.now
+def minute_clock() -> Callable[[], datetime]:
+    """A clock one minute further at each reading: creation times distinct and ordered."""
+    minutes = itertools.count(1)
+    start = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+    return lambda: start + timedelta(minutes=next(minutes))
 
 
 @pytest.fixture
@@ -41,12 +38,12 @@ def root(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def clock() -> StepClock:
-    return StepClock()
+def clock() -> Callable[[], datetime]:
+    return minute_clock()
 
 
 @pytest.fixture
-def agent(root: str, clock: StepClock) -> Iterator[Checkpoints]:
+def agent(root: str, clock: Callable[[], datetime]) -> Iterator[Checkpoints]:
     with Checkpoints.open(root, session="agent", clock=clock) as cp:
         yield cp
 
@@ -60,7 +57,7 @@ def cap_events(cp: Checkpoints) -> list[Event]:
     return [e for e in cp.events(type="checkpoint:prune") if e.data["cause"] == "retention-cap"]
 
 
-def test_create_keep_caps_this_session_only(root: str, agent: Checkpoints, clock: StepClock) -> None:
+def test_create_keep_caps_this_session_only(root: str, agent: Checkpoints, clock: Callable[[], datetime]) -> None:
     with Checkpoints.open(root, session="other", clock=clock) as other:
         others = [step(root, other, i) for i in range(3)]
         mine = [step(root, agent, i, keep=2) for i in range(4)]
@@ -70,7 +67,7 @@ def test_create_keep_caps_this_session_only(root: str, agent: Checkpoints, clock
         assert [r.id for r in other.history()] == [*others, more]
 
 
-def test_keep_zero_lifts_the_configured_cap_for_one_call(root: str, clock: StepClock) -> None:
+def test_keep_zero_lifts_the_configured_cap_for_one_call(root: str, clock: Callable[[], datetime]) -> None:
     write_config(f"{root}/.ckpt", dataclasses.replace(read_config(f"{root}/.ckpt"), retention_cap=2))
     with Checkpoints.open(root, clock=clock) as cp:
         ids = [step(root, cp, i) for i in range(3)]

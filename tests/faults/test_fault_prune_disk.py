@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import pytest
@@ -61,15 +62,22 @@ def assert_pruned_or_says_why(run: h.Run, dropped: int, store: str) -> None:
         assert "'ckpt gc' frees their objects once it can run" in lines[0], run
 
 
-def test_prune_on_a_nearly_full_disk_reports_what_it_pruned(base: str) -> None:
-    rng = random.Random(h.seed_for("prune-nearly-full"))
+@contextmanager
+def store_on_tmpfs(base: str, size: str) -> Iterator[tuple[str, str, str]]:
+    """(root, store, mount): a workspace beside a store on a fresh tmpfs of `size`, grace 0."""
     root = os.path.join(base, "ws")
     os.mkdir(root)
     mount = os.path.join(base, "small")
-    with h.tmpfs(mount, "8m"):
+    with h.tmpfs(mount, size):
         store = os.path.join(mount, "store")
         assert h.ckpt(root, "init", store=store).code == h.OK
         h.set_config(root, "gc_grace_seconds", "0", store=store)
+        yield root, store, mount
+
+
+def test_prune_on_a_nearly_full_disk_reports_what_it_pruned(base: str) -> None:
+    rng = random.Random(h.seed_for("prune-nearly-full"))
+    with store_on_tmpfs(base, "8m") as (root, store, mount):
         ids = []
         for index in range(4):  # files accumulate: a compaction must rewrite 4.8 MiB live
             made = checkpoint(root, store, rng, index, replace=False)
@@ -89,13 +97,7 @@ def test_prune_on_a_nearly_full_disk_reports_what_it_pruned(base: str) -> None:
 
 def test_prune_and_gc_run_on_a_disk_the_store_filled(base: str) -> None:
     rng = random.Random(h.seed_for("prune-store-filled"))
-    root = os.path.join(base, "ws")
-    os.mkdir(root)
-    mount = os.path.join(base, "small")
-    with h.tmpfs(mount, "6m"):
-        store = os.path.join(mount, "store")
-        assert h.ckpt(root, "init", store=store).code == h.OK
-        h.set_config(root, "gc_grace_seconds", "0", store=store)
+    with store_on_tmpfs(base, "6m") as (root, store, mount):
         ids: list[str] = []
         for index in range(12):  # each checkpoint's data is its own: the old ones free it all
             made = checkpoint(root, store, rng, index, replace=True)
@@ -128,4 +130,3 @@ def test_prune_and_gc_run_on_a_disk_the_store_filled(base: str) -> None:
         assert again.code == h.OK, again
         with h.Checkpoints.open(root, store) as cp:
             assert h.checkpoint_state(cp, again.out.strip()) == h.tree_state(root)
-        shutil.rmtree(store)
