@@ -80,7 +80,7 @@ def prune(state: State, reason: str | None, turn_id: str | None, keep_latest: in
         make_room(state.store_dir)  # on a full disk, opening the catalog needs room too
     try:
         report = state.open().prune(reason=reason, turn_id=turn_id, keep_latest=keep_latest,
-                               older_than=older_than, dry_run=dry_run, collect=not no_gc)
+                                    older_than=older_than, dry_run=dry_run, collect=not no_gc)
     except PruneIncomplete as exc:
         _print_prune(cast("PruneReport", exc.report), as_json, gc_failed=exc.error)
         failure = classify(exc.error)
@@ -90,7 +90,8 @@ def prune(state: State, reason: str | None, turn_id: str | None, keep_latest: in
     _print_prune(report, as_json)
 
 
-def _print_prune(report: PruneReport, as_json: bool, *, gc_failed: BaseException | None = None) -> None:
+def _print_prune(report: PruneReport, as_json: bool, *,
+                 gc_failed: BaseException | None = None) -> None:
     if as_json:
         out = report.to_json()
         out["gc_error"] = classify(gc_failed).message if gc_failed is not None else None
