@@ -71,8 +71,7 @@ class Maintenance:
             ws.catalog.delete_checkpoints(ids, event=event)
             ws.emit(event)
         if not ids or collect is None:
-            if ids:
-                reserve.replenish(ws.store_dir)
+            reserve.replenish(ws.store_dir)  # given back by make_room, perhaps
             return PruneReport(ids, 0, 0)
         try:
             report = collect()
