@@ -150,6 +150,25 @@ class RestoreIncomplete(CheckpointError):
         return f"restore of {display_text(self.id)} incomplete: {display_text(self.reason)}"
 
 
+class PruneIncomplete(CheckpointError):
+    """A prune removed its checkpoints (committed), then the gc that follows failed: the
+    checkpoints are gone, their objects not yet freed. `report` says what was removed
+    (`report.gc` is None), `error` why the gc failed; `ckpt gc` frees the objects later."""
+
+    def __init__(self, report: object, error: BaseException) -> None:
+        super().__init__(report, error)
+        self.report = report  # a PruneReport (reports.py imports this module, not the reverse)
+        self.error = error
+
+    @property
+    def removed(self) -> tuple[str, ...]:
+        return tuple(getattr(self.report, "removed", ()))
+
+    def __str__(self) -> str:
+        return (f"pruned {len(self.removed)} checkpoint(s), but gc failed: "
+                f"{display_text(self.error)}")
+
+
 class ConfigError(CheckpointError, ValueError):
     """A setting is unknown or has a bad value; `key` is None when the whole file is bad."""
 

@@ -9,28 +9,29 @@ and changes no process-global state.
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import os
 import time
-from collections.abc import Callable
-from datetime import timedelta
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ckpt.checkpoints.errors import CatalogCorrupt
+from ckpt.checkpoints import reserve
+from ckpt.checkpoints.errors import CatalogCorrupt, PruneIncomplete
 from ckpt.checkpoints.journal import RestoreIntent, decode_intent, read_intent
 from ckpt.checkpoints.lock import RootLock
 from ckpt.checkpoints.model import Event
 from ckpt.checkpoints.retention import select_prunable
 from ckpt.checkpoints.statcache import check_stat_cache
 from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace
+from ckpt.checkpoints.writing import naming
 from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.local import remove_if_older
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints.reports import CheckReport, PruneReport, StoreStats
-    from ckpt.objstore.gc import GcReport
+    from ckpt.checkpoints.reports import CheckReport, GcReport, HeldBack, PruneReport, StoreStats
+    from ckpt.objstore import ObjectId
 
 # (where, what): a damaged file found by fsck
 Finding = tuple[str, str]
@@ -47,8 +48,12 @@ class Maintenance:
     def prune(self, *, reason: str | None, turn_id: str | None, keep_latest: int | None,
               older_than: timedelta | None, dry_run: bool,
               collect: Callable[[], GcReport] | None) -> PruneReport:
-        """Drop the checkpoints the criteria select, then run `collect` (the facade's gc,
-        which waits for the last call's bookkeeping first), if given."""
+        """Drop the checkpoints the criteria select, then, if any went, run `collect` (the
+        facade's gc, which waits for the last call's bookkeeping first), if given.
+
+        On a nearly full disk the store's space reserve is given back first, so the catalog
+        write has room. Once the records are deleted they stay deleted: a gc that fails after
+        that raises `PruneIncomplete`, which says what was removed."""
         from ckpt.checkpoints.reports import PruneReport  # noqa: PLC0415 (lazy: see the module)
 
         ws = self._ws
@@ -58,18 +63,29 @@ class Maintenance:
         if dry_run:
             return PruneReport(ids, 0, 0, True)
         if ids:
+            reserve.release(ws.store_dir)
             event = Event("checkpoint:prune", ws.clock(), ws.session, {
-                "removed": list(ids), "reason": reason, "turn_id": turn_id,
+                "removed": list(ids), "reason": reason, "cause": "prune", "turn_id": turn_id,
                 "keep_latest": keep_latest,
                 "older_than_s": None if older_than is None else older_than.total_seconds()})
             ws.catalog.delete_checkpoints(ids, event=event)
             ws.emit(event)
-        report = collect() if collect is not None else None
-        return PruneReport(ids, report.objects_removed if report else 0,
-                           report.bytes_freed if report else 0)
+        if not ids or collect is None:
+            reserve.replenish(ws.store_dir)  # given back by make_room, perhaps
+            return PruneReport(ids, 0, 0)
+        try:
+            report = collect()
+        except Exception as exc:  # the records are gone: say so, never just "failed"
+            raise PruneIncomplete(PruneReport(ids, 0, 0), exc) from exc
+        return PruneReport(ids, report.objects_removed, report.bytes_freed, gc=report)
 
     def gc(self, *, dry_run: bool, grace_seconds: float | None) -> GcReport:
+        """Collect what no checkpoint needs, past the grace period. What frees space without
+        needing any runs first (the space reserve on a nearly full disk, a kill's temporaries
+        and orphan staging), then the collection, then the small writes (gc generation)."""
         ws = self._ws
+        if not dry_run:
+            reserve.release(ws.store_dir)
         with RootLock(os.path.join(ws.store_dir, "gc.lock"),
                       timeout=max(ws.config.lock_timeout, 60.0), purpose="gc"):
             grace = ws.config.gc_grace_seconds if grace_seconds is None else grace_seconds
@@ -77,18 +93,52 @@ class Maintenance:
             # pruned meanwhile, or completing them would fail for good.
             journaled = self._journaled_intents()
             roots = ws.catalog.tree_roots() + [intent.tree for intent in journaled]
-            from ckpt.objstore.gc import collect_garbage  # noqa: PLC0415 (lazy: see the module)
-
-            report = collect_garbage(ws.objects, roots, grace_seconds=grace,
-                                     now=time.time(), dry_run=dry_run)
-            if report.objects_removed and not dry_run:
-                self._bump_gc_generation()
+            swept = 0
             if not dry_run:
                 swept = self._sweep_temporaries(time.time() - grace,
                                                 {intent.staging for intent in journaled})
-                report = dataclasses.replace(
-                    report, temporaries_removed=report.temporaries_removed + swept)
-            return report
+            from ckpt.objstore.gc import collect_garbage  # noqa: PLC0415 (lazy: see the module)
+
+            with naming(os.path.join(ws.store_dir, "objects")):  # a compaction's ENOSPC
+                found = collect_garbage(ws.objects, roots, grace_seconds=grace,
+                                        now=time.time(), dry_run=dry_run)
+            if found.objects_removed and not dry_run:
+                self._bump_gc_generation()
+            held = self._held_back(roots, grace) if found.objects_young else None
+        if not dry_run:
+            reserve.replenish(ws.store_dir)
+        from ckpt.checkpoints.reports import GcReport  # noqa: PLC0415 (lazy: see the module)
+
+        return GcReport(found.objects_removed, found.bytes_freed, found.objects_kept,
+                        found.objects_young, found.temporaries_removed + swept, dry_run, held)
+
+    def _held_back(self, roots: Sequence[ObjectId], grace: float) -> HeldBack | None:
+        """The unreachable objects inside the grace period, as the store holds them now, and
+        when the youngest of them leaves it. A second walk of the live set, made only when
+        the collection kept something back."""
+        from ckpt.checkpoints.reports import HeldBack  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.objstore.errors import ObjectNotFound  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.objstore.gc import find_reachable  # noqa: PLC0415 (lazy: see the module)
+
+        backend = self._ws.objects.backend
+        live = find_reachable(self._ws.objects, roots)
+        cutoff = time.time() - grace
+        count = size = 0
+        newest = cutoff
+        for oid in backend.iter_ids():
+            if oid in live:
+                continue
+            try:
+                info = backend.stat(oid)
+            except ObjectNotFound:
+                continue
+            if info.mtime >= cutoff:
+                count += 1
+                size += info.size
+                newest = max(newest, info.mtime)
+        if not count:
+            return None
+        return HeldBack(count, size, datetime.fromtimestamp(newest + grace, UTC), grace)
 
     def _sweep_temporaries(self, older_than: float, journaled: set[bytes]) -> int:
         """Remove what a kill between writing and renaming left of the store's own small files
@@ -190,5 +240,8 @@ class Maintenance:
             count += 1
             stored += backend.stat(oid).size
         records = ws.catalog.history(session=None)
+        roots: dict[str, int] = {}
+        for record in records:
+            roots[record.root] = roots.get(record.root, 0) + 1
         return StoreStats(count, stored, sum(r.stats.bytes for r in records), len(records),
-                          ws.catalog.session_counts())
+                          ws.catalog.session_counts(), dict(sorted(roots.items())))

@@ -5,9 +5,11 @@ Plain frozen data with their JSON shapes (docs/DESIGN.md "CLI contract"); nothin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ckpt.checkpoints.model import format_time
 from ckpt.checkpoints.paths import RelPath
 from ckpt.checkpoints.plan import RestorePlan
 from ckpt.objstore import EntryKind, ObjectId
@@ -51,15 +53,53 @@ class RestoreReport:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldBack:
+    """Unreachable objects a gc kept because they are younger than the grace period (a
+    racing writer may still be about to use them)."""
+
+    objects: int
+    bytes: int
+    until: datetime  # when the youngest of them leaves the grace period (a gc then frees them)
+    grace_seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"objects": self.objects, "bytes": self.bytes, "until": format_time(self.until),
+                "grace_seconds": self.grace_seconds}
+
+
+@dataclass(frozen=True, slots=True)
+class GcReport:
+    """What one gc did: objstore's counts, what it held back, and the disk space it found."""
+
+    objects_removed: int
+    bytes_freed: int
+    objects_kept: int  # reachable
+    objects_young: int  # unreachable but inside the grace period
+    temporaries_removed: int
+    dry_run: bool
+    held_back: HeldBack | None = None  # None: nothing unreachable was kept
+
+    def to_json(self) -> dict[str, Any]:
+        return {"objects_removed": self.objects_removed, "bytes_freed": self.bytes_freed,
+                "objects_kept": self.objects_kept, "objects_young": self.objects_young,
+                "temporaries_removed": self.temporaries_removed, "dry_run": self.dry_run,
+                "held_back": self.held_back.to_json() if self.held_back else None}
+
+
+@dataclass(frozen=True, slots=True)
 class PruneReport:
+    """The checkpoints a prune removed (or would remove), and the gc that followed, if any."""
+
     removed: tuple[str, ...]
     objects_removed: int
     bytes_freed: int
     dry_run: bool = False
+    gc: GcReport | None = None  # None: not collected (dry run, --no-gc, or nothing removed)
 
     def to_json(self) -> dict[str, Any]:
         return {"removed": list(self.removed), "objects_removed": self.objects_removed,
-                "bytes_freed": self.bytes_freed}
+                "bytes_freed": self.bytes_freed, "dry_run": self.dry_run,
+                "gc": self.gc.to_json() if self.gc else None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +120,9 @@ class StoreStats:
     objects: int
     stored_bytes: int  # on disk, compressed
     logical_bytes: int  # sum of every checkpoint's file bytes
-    checkpoints: int
-    sessions: dict[str, int]
+    checkpoints: int  # of every root and session of the store
+    sessions: dict[str, int]  # checkpoints per session, every root counted
+    roots: dict[str, int] = field(default_factory=dict)  # checkpoints per root, every session
 
     @property
     def dedup_ratio(self) -> float:

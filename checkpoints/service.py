@@ -55,12 +55,12 @@ if TYPE_CHECKING:
     from ckpt.checkpoints.reports import (
         CheckReport,
         FileEntry,
+        GcReport,
         PruneReport,
         RestoreReport,
         StoreStats,
     )
     from ckpt.checkpoints.restoring import RestoreOptions, Restorer
-    from ckpt.objstore.gc import GcReport
 
 STORE_NAME = ".ckpt"
 
@@ -191,6 +191,9 @@ class Checkpoints:
         ObjectStore.init(store_abs).close()
         if not os.path.exists(os.path.join(store_abs, "config.toml")):
             write_config(store_abs, StoreConfig())
+        from ckpt.checkpoints.reserve import replenish  # noqa: PLC0415 (only init and gc need it)
+
+        replenish(store_abs)  # room for prune and gc on a full disk
         return cls(root_abs, store_abs, session, **kwargs)
 
     @staticmethod
@@ -288,7 +291,11 @@ class Checkpoints:
                turn_id: str | None = None, message_id: str | None = None,
                tool_call_id: str | None = None, summary: str | None = None,
                metadata: Mapping[str, Any] | None = None, paths: Sequence[str | bytes] | None = None,
-               progress: ProgressFn | None = None) -> CheckpointRecord:
+               progress: ProgressFn | None = None, keep: int | None = None) -> CheckpointRecord:
+        """Take a checkpoint. `keep=N` caps the session's checkpoints on this root at N after
+        it (the oldest go; 0 = no cap for this call); None applies `config.retention_cap`."""
+        if keep is not None and keep < 0:
+            raise ValueError("keep must be >= 0")
         extra = [self._ws.user_rel(p, None) for p in paths or ()]
         with self._writing("create") as locked:
             tracked = list(self.tracked())
@@ -296,7 +303,7 @@ class Checkpoints:
             return self._ws.snapshot(locked, covered, progress, label=label, reason=reason,
                                      turn_id=turn_id, message_id=message_id,
                                      tool_call_id=tool_call_id, summary=summary,
-                                     metadata=dict(metadata or {}))
+                                     metadata=dict(metadata or {}), keep=keep)
 
     def restore(self, ref: str, options: RestoreOptions | None = None, *,
                 progress: ProgressFn | None = None) -> RestoreReport:
@@ -348,10 +355,13 @@ class Checkpoints:
         return self.catalog.resolve(ref)
 
     def history(self, *, turn_id: str | None = None, reason: str | None = None,
-                all_sessions: bool = False) -> builtins.list[CheckpointRecord]:
+                all_sessions: bool = False, all_roots: bool = False) -> builtins.list[CheckpointRecord]:
+        """The session's checkpoints on this root (`all_sessions`: every session's on this
+        root; `all_roots`: on every root of the store too), oldest first."""
         # A store may be shared by several roots: a timeline is one root's checkpoints.
         return self.catalog.history(session=None if all_sessions else self.session,
-                                    turn_id=turn_id, reason=reason, root=self.root)
+                                    turn_id=turn_id, reason=reason,
+                                    root=None if all_roots else self.root)
 
     def list(self) -> builtins.list[CheckpointRecord]:
         return self.history()
@@ -409,6 +419,9 @@ class Checkpoints:
     def prune(self, *, reason: str | None = None, turn_id: str | None = None,
               keep_latest: int | None = None, older_than: timedelta | None = None,
               dry_run: bool = False, collect: bool = True) -> PruneReport:
+        """Drop this session's checkpoints on this root that match every filter, then (if
+        any went and `collect`) run gc. `PruneIncomplete` if that gc fails: the checkpoints
+        are gone all the same."""
         return self._maintenance.prune(reason=reason, turn_id=turn_id, keep_latest=keep_latest,
                                        older_than=older_than, dry_run=dry_run,
                                        collect=self.gc if collect else None)

@@ -158,19 +158,31 @@ class Workspace:
         """This session's timeline on this root (a store may be shared by several roots)."""
         return self.catalog.history(session=self.session, root=self.root)
 
-    def drop(self, ids: Sequence[str], *, reason: str) -> None:
+    def drop(self, ids: Sequence[str], *, reason: str, **details: Any) -> None:
+        """Delete these checkpoints with one `checkpoint:prune` event that names them and
+        says why (`reason`, also as `cause`: ckpt dropped them itself) and with `details`."""
         event = Event("checkpoint:prune", self.clock(), self.session,
-                      {"removed": list(ids), "reason": reason})
+                      {"removed": list(ids), "reason": reason, "cause": reason, **details})
         self.catalog.delete_checkpoints(ids, event=event)
         self.emit(event)
 
-    def after_commit(self, event: Event, *, spare: Sequence[str] = ()) -> None:
-        """Tell the listeners, then apply the retention cap (never to the ids in `spare`)."""
+    def after_commit(self, event: Event, *, spare: Sequence[str] = (),
+                     cap: int | None = None) -> None:
+        """Tell the listeners, then apply the retention cap: `cap`, else the configured one,
+        to this session's checkpoints on this root. Never evicts the checkpoint just committed
+        (`event`'s) nor the ids in `spare` (a restore's target): the next oldest go instead,
+        and when fewer remain the session keeps more than the cap until its next checkpoint."""
         self.emit(event)
-        if self.config.retention_cap:
-            over = select_over_cap(self.history(), self.config.retention_cap, spare=spare)
-            if over:
-                self.drop([r.id for r in over], reason="retention-cap")
+        limit = self.config.retention_cap if cap is None else cap
+        if not limit:
+            return
+        kept = {*spare, str(event.data.get("id"))}
+        history = self.history()
+        over = select_over_cap(history, limit, spare=kept)
+        if over:
+            beyond = {r.id for r in history[: max(0, len(history) - limit)]}
+            self.drop([r.id for r in over], reason="retention-cap", cap=limit,
+                      spared=sorted(beyond & kept))
 
     # -- snapshots -----------------------------------------------------------------------
 
@@ -257,10 +269,12 @@ class Workspace:
         return record, event
 
     def snapshot(self, locked: LockedRoot, covered: Sequence[RelPath] | None,
-                 progress: ProgressFn | None, **fields: Any) -> CheckpointRecord:
-        """Scan, commit the record, tell the listeners, apply the retention cap."""
+                 progress: ProgressFn | None, *, keep: int | None = None,
+                 **fields: Any) -> CheckpointRecord:
+        """Scan, commit the record, tell the listeners, apply the retention cap (`keep`,
+        else the configured one)."""
         record, event = self.scan_record(locked, covered, progress, **fields)
         locked.catch_up()  # a bulky scan's cache is saved before the commit
         self.catalog.add_checkpoint(record, event=event)
-        self.after_commit(event)
+        self.after_commit(event, cap=keep)
         return record

@@ -7,12 +7,13 @@ error (stderr), so a script gets both the list and the code.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from ckpt.cli.context import State, json_option, pass_state
-from ckpt.cli.errors import DamageFound
+from ckpt.cli.errors import NOTHING_MATCHED as PARTLY_DONE
+from ckpt.cli.errors import CliError, DamageFound, classify
 from ckpt.cli.params import parse_duration
 from ckpt.cli.render import (
     display_path,
@@ -26,7 +27,7 @@ from ckpt.cli.render import (
 )
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints import Event
+    from ckpt.checkpoints import Event, HeldBack, PruneReport
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]  # generic only in click >= 8.2
@@ -47,8 +48,10 @@ Examples:
   ckpt prune --reason pre-tool --keep-latest 20   # keep the 20 newest pre-tool checkpoints
   ckpt prune --older-than 7d                      # drop what is older than a week
   ckpt prune --turn 7 --dry-run                   # what would go
+  ckpt prune --keep-latest 50 --no-gc             # drop records now, collect later
 \b
 Durations: 30s, 15m, 2h, 7d, 1w, or sums like 1h30m.
+Exit 3: the checkpoints were pruned but the gc after it failed ('ckpt gc' frees them later).
 """)
 @click.option("--reason", metavar="R", help="Only checkpoints taken for reason R.")
 @click.option("--turn", "turn_id", metavar="T", help="Only checkpoints of turn T.")
@@ -57,28 +60,63 @@ Durations: 30s, 15m, 2h, 7d, 1w, or sums like 1h30m.
 @click.option("--older-than", type=Duration(), metavar="DUR",
               help="Only checkpoints older than DUR.")
 @click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@click.option("--no-gc", "no_gc", is_flag=True,
+              help="Only drop the checkpoints; free their objects later with 'ckpt gc'.")
 @json_option
 @pass_state
 def prune(state: State, reason: str | None, turn_id: str | None, keep_latest: int | None,
-          older_than: timedelta | None, dry_run: bool, as_json: bool) -> None:
-    """Drop the session's checkpoints matching every filter given, then collect garbage.
+          older_than: timedelta | None, dry_run: bool, no_gc: bool, as_json: bool) -> None:
+    """Drop this session's checkpoints on this root matching every filter, then collect
+    garbage (unless --no-gc or nothing was dropped).
 
     At least one filter is required: pruning everything must not be one typo away.
     """
+    from ckpt.checkpoints import PruneIncomplete, make_room
+
     if reason is None and turn_id is None and keep_latest is None and older_than is None:
         raise click.UsageError("give at least one of --reason, --turn, --keep-latest, "
                                "--older-than")
-    report = state.open().prune(reason=reason, turn_id=turn_id, keep_latest=keep_latest,
-                                older_than=older_than, dry_run=dry_run)
+    if not dry_run:
+        make_room(state.store_dir)  # on a full disk, opening the catalog needs room too
+    try:
+        report = state.open().prune(reason=reason, turn_id=turn_id, keep_latest=keep_latest,
+                                    older_than=older_than, dry_run=dry_run, collect=not no_gc)
+    except PruneIncomplete as exc:
+        _print_prune(cast("PruneReport", exc.report), as_json, gc_failed=exc.error)
+        failure = classify(exc.error)
+        raise CliError(f"pruned {len(exc.removed)} checkpoint(s), but gc failed: "
+                       f"{failure.message}", hint="'ckpt gc' frees their objects once it can run"
+                       + (f"; {failure.hint}" if failure.hint else ""), code=PARTLY_DONE) from exc
+    _print_prune(report, as_json)
+
+
+def _print_prune(report: PruneReport, as_json: bool, *,
+                 gc_failed: BaseException | None = None) -> None:
     if as_json:
-        write_json(report.to_json())
+        out = report.to_json()
+        out["gc_error"] = classify(gc_failed).message if gc_failed is not None else None
+        write_json(out)
         return
-    if dry_run:
+    if report.dry_run:
         write_lines([f"would remove {i}" for i in report.removed]
                     + [f"would remove {len(report.removed)} checkpoint(s)"])
         return
-    write_lines([(f"removed {len(report.removed)} checkpoint(s), {report.objects_removed} "
-                  f"object(s), {format_size(report.bytes_freed)} freed")])
+    line = f"removed {len(report.removed)} checkpoint(s)"
+    if report.gc is not None:
+        line += (f", {report.objects_removed} object(s), {format_size(report.bytes_freed)} "
+                 "freed")
+    elif report.removed and gc_failed is None:
+        line += "; not collected ('ckpt gc' frees their objects)"
+    lines = [line]
+    if report.gc is not None and report.gc.held_back is not None:
+        lines.append(_held_back_line(report.gc.held_back))
+    write_lines(lines)
+
+
+def _held_back_line(held: HeldBack) -> str:
+    return (f"held back {held.objects} unreachable object(s) ({format_size(held.bytes)}) "
+            f"younger than gc_grace_seconds ({held.grace_seconds:g} s): a gc frees them after "
+            f"{format_when(held.until)} UTC")
 
 
 @click.command(epilog="""\b
@@ -90,19 +128,23 @@ Examples:
 @json_option
 @pass_state
 def gc(state: State, dry_run: bool, as_json: bool) -> None:
-    """Remove objects no checkpoint needs (older than the gc_grace_seconds setting)."""
+    """Remove objects no checkpoint of any root or session needs (once older than the
+    gc_grace_seconds setting)."""
+    from ckpt.checkpoints import make_room
+
+    if not dry_run:
+        make_room(state.store_dir)  # on a full disk, opening the catalog needs room too
     report = state.open().gc(dry_run=dry_run)
     if as_json:
-        write_json({"objects_removed": report.objects_removed,
-                    "bytes_freed": report.bytes_freed, "objects_kept": report.objects_kept,
-                    "objects_young": report.objects_young,
-                    "temporaries_removed": report.temporaries_removed,
-                    "dry_run": report.dry_run})
+        write_json(report.to_json())
         return
     verb = "would remove" if dry_run else "removed"
-    write_lines([(f"{verb} {report.objects_removed} object(s), "
-                  f"{format_size(report.bytes_freed)}; kept {report.objects_kept} reachable, "
-                  f"{report.objects_young} young")])
+    lines = [(f"{verb} {report.objects_removed} object(s), "
+              f"{format_size(report.bytes_freed)}; kept {report.objects_kept} reachable, "
+              f"{report.objects_young} young")]
+    if report.held_back is not None:
+        lines.append(_held_back_line(report.held_back))
+    write_lines(lines)
 
 
 def _damage_json(d: Any) -> dict[str, Any]:
@@ -167,23 +209,34 @@ Examples:
 @json_option
 @pass_state
 def stats(state: State, as_json: bool) -> None:
-    """Objects, bytes on disk, logical bytes, dedup ratio, checkpoints per session.
+    """The whole store: objects, bytes on disk, logical bytes, dedup ratio, and checkpoints
+    of every root and session (per session and per root).
 
     Logical bytes add up every checkpoint's files; the dedup ratio is logical / on disk.
+    (`list`, `prune` and `events` work on the session; `list --all-sessions --all-roots`
+    shows what `stats` counts.)
     """
     s = state.open().stats()
     if as_json:
         write_json({"objects": s.objects, "stored_bytes": s.stored_bytes,
                     "logical_bytes": s.logical_bytes, "dedup_ratio": round(s.dedup_ratio, 3),
-                    "checkpoints": s.checkpoints, "sessions": dict(s.sessions)})
+                    "checkpoints": s.checkpoints, "sessions": dict(s.sessions),
+                    "roots": dict(s.roots)})
         return
     lines = [f"objects        {s.objects}",
              f"on disk        {format_size(s.stored_bytes)} ({s.stored_bytes} bytes)",
              f"logical        {format_size(s.logical_bytes)} ({s.logical_bytes} bytes)",
              f"dedup ratio    {s.dedup_ratio:.2f}x",
-             f"checkpoints    {s.checkpoints}"]
-    lines.extend(f"  {name}  {count}" for name, count in s.sessions.items())
+             f"checkpoints    {s.checkpoints} (every root and session of the store)"]
+    lines.extend(f"  session {name}  {count}" for name, count in s.sessions.items())
+    lines.extend(f"  root {display_path(root)}  {count}" for root, count in s.roots.items())
     write_lines(lines)
+
+
+# Lists of checkpoint ids an event's details name one by one (up to _IDS_SHOWN): which
+# checkpoints a prune or a cap evicted is the point of the event.
+_ID_LISTS = frozenset({"removed", "spared", "discarded"})
+_IDS_SHOWN = 3
 
 
 def _event_details(data: dict[str, Any]) -> str:
@@ -191,7 +244,11 @@ def _event_details(data: dict[str, Any]) -> str:
     for key, value in data.items():
         if value is None or key in ("type", "at", "session"):
             continue
-        if isinstance(value, (list, tuple)):
+        if key in _ID_LISTS and isinstance(value, (list, tuple)):
+            shown = ",".join(str(i) for i in value[:_IDS_SHOWN])
+            more = f",+{len(value) - _IDS_SHOWN} more" if len(value) > _IDS_SHOWN else ""
+            parts.append(f"{key}={shown or '-'}{more}")
+        elif isinstance(value, (list, tuple)):
             parts.append(f"{key}={len(value)}")
         elif isinstance(value, dict):
             continue
@@ -210,12 +267,16 @@ Examples:
                    "checkpoint:prune).")
 @click.option("--limit", type=click.IntRange(min=0), metavar="N",
               help="Only the newest N (still printed oldest first).")
-@click.option("--all-sessions", is_flag=True, help="Every session, not only --session.")
+@click.option("--all-sessions", is_flag=True,
+              help="Every session, not only --session (events of every root either way).")
 @json_option
 @pass_state
 def events(state: State, type_: str | None, limit: int | None, all_sessions: bool,
            as_json: bool) -> None:
-    """List the session's events (creates, restores, prunes), oldest first."""
+    """List the session's events (creates, restores, prunes), oldest first.
+
+    Events are kept per store, not per root: those of the session on every root are listed.
+    """
     found: list[Event] = state.open().events(type=type_, limit=limit, all_sessions=all_sessions)
     if as_json:
         write_json([e.to_json() for e in found])

@@ -92,11 +92,15 @@ Examples:
 @click.option("--path", "paths", metavar="P", multiple=True, type=click.Path(path_type=str),
               help="Also cover P (repeatable; relative to the current directory); with "
                    "--path or tracked paths the checkpoint covers only those.")
+@click.option("--keep", type=click.IntRange(min=0), metavar="N",
+              help="Keep the session's newest N checkpoints on this root, this one included "
+                   "(the oldest go; 0: no cap); default: the retention_cap setting.")
 @json_option
 @pass_state
 def create(state: State, label: str | None, reason: str | None, turn_id: str | None,
            message_id: str | None, tool_call_id: str | None, summary: str | None,
-           metadata: dict[str, str], paths: tuple[str, ...], as_json: bool) -> None:
+           metadata: dict[str, str], paths: tuple[str, ...], keep: int | None,
+           as_json: bool) -> None:
     """Take a checkpoint of the workspace; print its id.
 
     Covers the whole tree (minus the store, .git and ignored files) unless the session has
@@ -108,7 +112,8 @@ def create(state: State, label: str | None, reason: str | None, turn_id: str | N
         record = service.create(label=label, reason=reason, turn_id=turn_id,
                                 message_id=message_id, tool_call_id=tool_call_id,
                                 summary=summary, metadata=metadata,
-                                paths=[user_path(p) for p in paths] or None, progress=progress)
+                                paths=[user_path(p) for p in paths] or None, progress=progress,
+                                keep=keep)
     warn_skipped(record)
     if as_json:
         write_json(record.to_json())
@@ -129,25 +134,30 @@ Examples:
 @click.command("list", epilog=_LIST_EPILOG)
 @click.option("--turn", "turn_id", metavar="T", help="Only checkpoints of turn T.")
 @click.option("--reason", metavar="R", help="Only checkpoints taken for reason R.")
-@click.option("--all-sessions", is_flag=True, help="Every session, not only --session.")
+@click.option("--all-sessions", is_flag=True,
+              help="Every session on this root, not only --session.")
+@click.option("--all-roots", is_flag=True,
+              help="Every root of the store too, not only this one (adds a root column).")
 @json_option
 @pass_state
 def list_(state: State, turn_id: str | None, reason: str | None, all_sessions: bool,
-          as_json: bool) -> None:
+          all_roots: bool, as_json: bool) -> None:
     """List checkpoints, oldest first.
 
     Columns: id, created (UTC), session (with --all-sessions), reason, turn, label, files,
     changed (files read because they were new or modified since the previous scan).
     """
-    records = state.open().history(turn_id=turn_id, reason=reason, all_sessions=all_sessions)
+    records = state.open().history(turn_id=turn_id, reason=reason, all_sessions=all_sessions,
+                                   all_roots=all_roots)
     if as_json:
         write_json([r.to_json() for r in records])
         return
     if not records:
         return
-    header = ["id", "created (UTC)"] + (["session"] if all_sessions else []) + [
-        "reason", "turn", "label", "files", "changed"]
+    header = ["id", "created (UTC)"] + (["root"] if all_roots else []) + (
+        ["session"] if all_sessions else []) + ["reason", "turn", "label", "files", "changed"]
     rows = [[r.id, format_when(r.created_at)]
+            + ([display_path(r.root)] if all_roots else [])
             + ([one_line(r.session, 24)] if all_sessions else [])
             + [one_line(r.reason, 16), one_line(r.turn_id, 16), one_line(r.label),
                str(r.stats.files), str(r.stats.hashed)]

@@ -114,15 +114,18 @@ def test_recover_schema(initialized: Path, ckpt_in: CkptIn) -> None:
 def test_prune_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
     for extra in (["--dry-run"], []):
         out = doc(ckpt_in("prune", "--keep-latest", "1", "--json", *extra))
-        check(out, {"removed": list, "objects_removed": int, "bytes_freed": int})
+        check(out, {"removed": list, "objects_removed": int, "bytes_freed": int,
+                    "dry_run": bool, "gc": (dict, type(None)), "gc_error": type(None)})
         assert out["removed"] == [two[0]]
+        assert (out["gc"] is None) == bool(extra)
 
 
 def test_gc_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
     for extra in (["--dry-run"], []):
         check(doc(ckpt_in("gc", "--json", *extra)),
               {"objects_removed": int, "bytes_freed": int, "objects_kept": int,
-               "objects_young": int, "temporaries_removed": int, "dry_run": bool})
+               "objects_young": int, "temporaries_removed": int, "dry_run": bool,
+               "held_back": (dict, type(None))})
 
 
 FSCK = {"ok": bool, "full": bool, "trees_checked": int, "blobs_checked": int,
@@ -140,7 +143,7 @@ def test_fsck_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
 def test_stats_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
     out = doc(ckpt_in("stats", "--json"))
     check(out, {"objects": int, "stored_bytes": int, "logical_bytes": int,
-                "dedup_ratio": float, "checkpoints": int, "sessions": dict})
+                "dedup_ratio": float, "checkpoints": int, "sessions": dict, "roots": dict})
     assert out["sessions"] == {"default": 2}
 
 
