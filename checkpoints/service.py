@@ -11,6 +11,7 @@ prints, never exits and changes no process-global state.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import importlib
 import os
 import random
@@ -192,8 +193,10 @@ class Checkpoints:
                turn_id: str | None = None, message_id: str | None = None,
                tool_call_id: str | None = None, summary: str | None = None,
                metadata: Mapping[str, Any] | None = None, paths: Sequence[str | bytes] | None = None,
-               progress: ProgressFn | None = None) -> CheckpointRecord:
-        extra = [self._ws.user_rel(p, None) for p in paths or ()]
+               progress: ProgressFn | None = None, cwd: str | None = None) -> CheckpointRecord:
+        """Checkpoint the workspace (or its tracked paths and `paths`). A relative path in
+        `paths` is relative to the root, or to `cwd` when given (the CLI's current directory)."""
+        extra = [self._ws.user_rel(p, cwd) for p in paths or ()]
         with self._writing("create") as locked:
             tracked = list(self.tracked())
             covered = sorted(set(tracked + extra)) if tracked or extra else None
@@ -203,13 +206,17 @@ class Checkpoints:
                                      metadata=dict(metadata or {}))
 
     def restore(self, ref: str, options: RestoreOptions | None = None, *,
-                progress: ProgressFn | None = None) -> RestoreReport:
+                progress: ProgressFn | None = None, cwd: str | None = None) -> RestoreReport:
         """Make the workspace match checkpoint `ref`, as `options` say (the default: the whole
-        scope, saving the current state first as the undo, recording the event)."""
+        scope, saving the current state first as the undo, recording the event). A relative
+        path in `options.paths` is relative to the root, or to `cwd` when given."""
         if options is None:
             from ckpt.checkpoints.restoring import RestoreOptions  # noqa: PLC0415 (see above)
 
             options = RestoreOptions()
+        if cwd is not None and options.paths:
+            options = dataclasses.replace(options, paths=tuple(
+                os.path.join(cwd, os.fsdecode(p)) for p in options.paths))
         target, only = self._restorer.resolve(ref, options)
         started = time.monotonic()
         with self._writing("restore") as locked:
@@ -237,11 +244,14 @@ class Checkpoints:
         return self.catalog.tracked(self.session)
 
     def track(self, *paths: str | bytes, cwd: str | None = None) -> tuple[RelPath, ...]:
+        """Add `paths` to this session's tracked paths. A relative path is relative to the
+        root, or to `cwd` when given (the CLI passes its current directory)."""
         new = {self._ws.user_rel(p, cwd) for p in paths}
         self.catalog.set_tracked(self.session, sorted(set(self.tracked()) | new))
         return self.tracked()
 
     def untrack(self, *paths: str | bytes, cwd: str | None = None) -> tuple[RelPath, ...]:
+        """Remove `paths` from the tracked paths (relative as in `track`)."""
         gone = {self._ws.user_rel(p, cwd) for p in paths}
         self.catalog.set_tracked(self.session, sorted(set(self.tracked()) - gone))
         return self.tracked()

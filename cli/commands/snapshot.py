@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import inspect
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -108,7 +109,8 @@ def create(state: State, label: str | None, reason: str | None, turn_id: str | N
         record = service.create(label=label, reason=reason, turn_id=turn_id,
                                 message_id=message_id, tool_call_id=tool_call_id,
                                 summary=summary, metadata=metadata,
-                                paths=[user_path(p) for p in paths] or None, progress=progress)
+                                paths=[user_path(p) for p in paths] or None, progress=progress,
+                                cwd=os.getcwd())
     warn_skipped(record)
     if as_json:
         write_json(record.to_json())
