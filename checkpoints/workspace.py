@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ckpt.checkpoints.catalog import Catalog
 from ckpt.checkpoints.config import StoreConfig
 from ckpt.checkpoints.errors import UnsafePath
+from ckpt.checkpoints.gitexclude import NO_EXCLUDES, GitExcludes, read_git_excludes
 from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, new_checkpoint_id
 from ckpt.checkpoints.paths import RelPath, parse_relpath, user_path_to_rel
 from ckpt.checkpoints.retention import select_over_cap
@@ -102,7 +103,8 @@ class Workspace:
             return 0
 
     def store_rel(self) -> list[RelPath]:
-        rel = os.path.relpath(self.store_dir, self.root)
+        # Real paths: a store reached through a symlink is the same store.
+        rel = os.path.relpath(os.path.realpath(self.store_dir), self.root)
         if rel == "." or rel.startswith(".."):
             return []
         return [parse_relpath(rel)]
@@ -162,13 +164,15 @@ class Workspace:
 
     # -- snapshots -----------------------------------------------------------------------
 
-    def _rules(self, translations: tuple[str, Mapping[str, Any]] | None) -> IgnoreRules:
+    def _rules(self, translations: tuple[str, Mapping[str, Any]] | None,
+               git_excludes: GitExcludes) -> IgnoreRules:
         from ckpt.checkpoints.ignore import IgnoreRules, reuse_translations  # noqa: PLC0415 (lazy: pathspec)
 
         if translations is not None:  # saved by an earlier scan: spares importing pathspec
             reuse_translations(*translations)
         return IgnoreRules.load(self.root_b, use_gitignore=self.config.use_gitignore,
-                                extra_patterns=self.config.extra_ignore, excluded=self.store_rel())
+                                extra_patterns=self.config.extra_ignore, excluded=self.store_rel(),
+                                git_excludes=git_excludes)
 
     def scan(self, locked: LockedRoot, covered: Sequence[RelPath] | None,
              progress: ProgressFn | None) -> ScanResult:
@@ -176,16 +180,19 @@ class Workspace:
         restore that follows under the same locks plans and updates from it) and is saved with
         the call's bookkeeping."""
         cache = read_stat_cache(self.cache_path, gc_generation=self.gc_generation())
+        # Git's exclude files lie outside the walk: what they hold is part of the settings.
+        git_excludes = read_git_excludes(self.root) if self.config.use_gitignore else NO_EXCLUDES
         options = ScanOptions(max_file_size=self.config.max_file_size,
                               threads=self.config.effective_threads(),
                               ignore_settings=repr((self.config.use_gitignore,
                                                     tuple(self.config.extra_ignore),
-                                                    tuple(self.store_rel()))))
+                                                    tuple(self.store_rel()),
+                                                    git_excludes.identity)))
         start_ns = time.time_ns()
         loaded: list[IgnoreRules] = []
 
         def rules() -> IgnoreRules:  # loaded by the scan only where a name must be decided
-            loaded.append(self._rules(cache.ignore_translations))
+            loaded.append(self._rules(cache.ignore_translations, git_excludes))
             return loaded[-1]
 
         with naming(os.path.join(self.store_dir, "objects")):
