@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Self
 
 from ckpt.checkpoints.catalog import Catalog
 from ckpt.checkpoints.config import StoreConfig, read_config, write_config
-from ckpt.checkpoints.diff import Change, diff_trees, iter_leaves
+from ckpt.checkpoints.diff import Change, diff_trees, iter_leaves, with_not_captured
 from ckpt.checkpoints.errors import NotInitialized, PathNotInCheckpoint, UnsafePath
 from ckpt.checkpoints.model import CheckpointRecord, Event
 from ckpt.checkpoints.paths import RelPath
@@ -282,12 +282,18 @@ class Checkpoints:
                 for path, e in iter_leaves(self.objects.get_tree, record.tree, None)]
 
     def diff(self, ref: str, ref2: str | None = None) -> builtins.list[Change]:
+        """What changed from checkpoint `ref` to the workspace (or to checkpoint `ref2`): its
+        leaves added, deleted, modified or changed in type, and as "S" (not captured, with the
+        reason) each path the newer state skipped that `ref` did not."""
         record = self.get(ref)
         if ref2 is not None:
-            return diff_trees(self.objects.get_tree, record.tree, self.get(ref2).tree)
+            other = self.get(ref2)
+            return with_not_captured(diff_trees(self.objects.get_tree, record.tree, other.tree),
+                                     record.skipped, other.skipped)
         with self._writing("diff") as locked:
             current = self._ws.scan(locked, record.paths if record.scope == "paths" else None, None)
-        return diff_trees(self.objects.get_tree, record.tree, current.tree)
+        return with_not_captured(diff_trees(self.objects.get_tree, record.tree, current.tree),
+                                 record.skipped, current.skipped)
 
     def _find_entry(self, record: CheckpointRecord, path: str | bytes) -> TreeEntry:
         rel = self._ws.rel(path)

@@ -254,6 +254,7 @@ Examples:
   ckpt diff ckpt-1764433022123 ckpt-1764433099  # between two checkpoints
 \b
 A added  D deleted  M modified (content or exec bit)  T type changed (file <-> symlink)
+S not captured (too large, special, unreadable; the reason follows the path)
 """)
 @_checkpoint_id("id")
 @_checkpoint_id("id2", required=False)
@@ -268,9 +269,11 @@ def diff(state: State, id: str, id2: str | None, as_json: bool) -> None:  # noqa
         else:
             changes = service.diff(id, id2)
     if as_json:
-        write_json([{"path": path_text(c.path), "change": c.change} for c in changes])
+        write_json([{"path": path_text(c.path), "change": c.change}
+                    | ({"reason": c.reason} if c.reason is not None else {}) for c in changes])
     else:
-        write_lines(f"{c.change} {display_path(c.path)}" for c in changes)
+        write_lines(f"{c.change} {display_path(c.path)}"
+                    + (f" ({c.reason})" if c.reason is not None else "") for c in changes)
 
 
 class _Base64Writer:

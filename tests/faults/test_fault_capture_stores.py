@@ -38,7 +38,7 @@ def _nested(tmp_path: Path) -> tuple[str, str]:
 
 
 def test_a_nested_workspace_store_is_not_captured(tmp_path: Path) -> None:
-    outer, inner = _nested(tmp_path)
+    outer, _inner = _nested(tmp_path)
     assert h.ckpt(outer, "init").code == 0
     ref = _create(outer)
     assert sorted(_files(outer, ref)) == ["main.py", "vendor/inner/src/lib.py"]
@@ -112,7 +112,7 @@ def test_restoring_the_outer_root_leaves_the_nested_store_alone(tmp_path: Path) 
 
 
 def test_a_tracked_path_inside_a_nested_store_is_not_captured(tmp_path: Path) -> None:
-    outer, inner = _nested(tmp_path)
+    outer, _inner = _nested(tmp_path)
     assert h.ckpt(outer, "init").code == 0
     assert h.ckpt(outer, "track", "main.py", "vendor/inner/.ckpt/catalog.db").code == 0
     ref = _create(outer)
