@@ -134,3 +134,25 @@ def test_either_second_marker_makes_a_store(tmp_path: Path, marker: str) -> None
     assert h.ckpt(str(root), "init").code == 0
     ref = _create(str(root))
     assert _files(str(root), ref) == ["keep.txt"]
+
+
+def test_restore_never_writes_into_a_store_an_old_checkpoint_holds(tmp_path: Path) -> None:
+    """A checkpoint taken while a directory was not yet a store holds its files: restoring
+    it writes none of them back into the store (and restores the rest)."""
+    root = tmp_path / "ws"
+    (root / "s" / "objects").mkdir(parents=True)
+    (root / "s" / "objects" / "old").write_text("old pack\n")
+    (root / "s" / "catalog.db").write_text("db\n")
+    (root / "a.txt").write_text("a\n")
+    assert h.ckpt(str(root), "init").code == 0
+    ref = _create(str(root))
+    assert "s/objects/old" in _files(str(root), ref)
+    (root / "s" / "format").write_text("ckpt-objstore 1\n")  # now it is a store
+    (root / "s" / "objects" / "old").unlink()
+    (root / "a.txt").unlink()
+    before = h.tree_state(str(root / "s"), exclude=())
+    run = h.ckpt(str(root), "restore", ref, "--json")
+    assert run.code == 0, run
+    assert (root / "a.txt").read_text() == "a\n"
+    assert h.tree_state(str(root / "s"), exclude=()) == before
+    h.tally("capture", restore_into_store_refused=1)
