@@ -103,11 +103,14 @@ class Workspace:
             return 0
 
     def store_rel(self) -> list[RelPath]:
-        # Real paths: a store reached through a symlink is the same store.
-        rel = os.path.relpath(os.path.realpath(self.store_dir), self.root)
-        if rel == "." or rel.startswith(".."):
-            return []
-        return [parse_relpath(rel)]
+        """Where the store lies in the root: by the path it was named by (a symlink in the
+        root that leads to it) and by its real path (reached through a symlink)."""
+        found: list[RelPath] = []
+        for path in dict.fromkeys((self.store_dir, os.path.realpath(self.store_dir))):
+            rel = os.path.relpath(path, self.root)
+            if rel not in (".", "..") and not rel.startswith("../"):
+                found.append(parse_relpath(rel))
+        return found
 
     def rel(self, path: str | bytes) -> RelPath:
         text = os.fsdecode(path)

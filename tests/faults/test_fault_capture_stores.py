@@ -156,3 +156,17 @@ def test_restore_never_writes_into_a_store_an_old_checkpoint_holds(tmp_path: Pat
     assert (root / "a.txt").read_text() == "a\n"
     assert h.tree_state(str(root / "s"), exclude=()) == before
     h.tally("capture", restore_into_store_refused=1)
+
+
+def test_a_store_named_through_a_symlink_in_the_root_is_not_captured(tmp_path: Path) -> None:
+    """`<root>/.ckpt` a symlink to a store elsewhere: neither the link nor the store is
+    workspace content."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.txt").write_text("a\n")
+    elsewhere = tmp_path / "data" / "store"
+    elsewhere.parent.mkdir()
+    assert h.ckpt(str(root), "init", store=str(elsewhere)).code == 0
+    (root / ".ckpt").symlink_to(elsewhere)
+    ref = _create(str(root), store=str(root / ".ckpt"))
+    assert _files(str(root), ref, store=str(root / ".ckpt")) == ["a.txt"]
