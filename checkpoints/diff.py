@@ -3,16 +3,22 @@
 Reports leaves only (files, executables, symlinks); a tombstone counts as absent. Changes are
 `A` added, `D` deleted, `M` content or exec bit changed, `T` type changed (file <-> symlink).
 A directory replaced by a file (or back) shows as the leaf's D/A plus the directory's leaves.
+`with_not_captured` adds `S`: a path the newer state could not capture (too large, special,
+unreadable, changed while read; `Change.reason` says which) that the older one did not skip.
 Trees come from a loader function, so this module does no IO of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ckpt.checkpoints.paths import RelPath, join_rel
 from ckpt.objstore import EntryKind, ObjectId, Tree, TreeEntry
+
+if TYPE_CHECKING:
+    from ckpt.checkpoints.model import SkippedPath
 
 TreeLoader = Callable[[ObjectId], Tree]
 
@@ -20,9 +26,10 @@ TreeLoader = Callable[[ObjectId], Tree]
 @dataclass(frozen=True, slots=True)
 class Change:
     path: RelPath
-    change: str  # "A" | "D" | "M" | "T"
+    change: str  # "A" | "D" | "M" | "T" | "S" (not captured)
     old: TreeEntry | None
     new: TreeEntry | None
+    reason: str | None = None  # "S" only: why it was not captured (SkippedPath.reason)
 
 
 def _present(entry: TreeEntry | None) -> TreeEntry | None:
@@ -80,3 +87,19 @@ def _diff_entry(
         out.append(Change(path, "T", old, new))
     elif old.kind != new.kind or old.oid != new.oid or old.target != new.target:
         out.append(Change(path, "M", old, new))
+
+
+def with_not_captured(changes: Sequence[Change], old_skipped: Sequence[SkippedPath],
+                      new_skipped: Sequence[SkippedPath]) -> list[Change]:
+    """`changes` plus an `S` change for each path the newer state skipped that the older one
+    did not (a file grown over max_file_size, or one created so). Such a path is there, only
+    not captured: a `D` the tree diff reports for it (the older state held it) is replaced.
+    In the tree diff's order (path components compared in turn)."""
+    before = {s.path for s in old_skipped}
+    added = {s.path: s.reason for s in new_skipped if s.path not in before}
+    if not added:
+        return list(changes)
+    merged = [c for c in changes if not (c.change == "D" and c.path in added)]
+    merged += (Change(path, "S", None, None, reason) for path, reason in added.items())
+    merged.sort(key=lambda c: c.path.split(b"/"))
+    return merged

@@ -1,15 +1,20 @@
 """Ignore rules for a workspace walk: which entries a snapshot leaves out.
 
 Owns ckpt's gitignore semantics: per-directory `.gitignore` (only when `use_gitignore`) and
-`.ckptignore` files, root-level `extra_patterns`, and the exclusions no pattern can undo: `.git`
-at any depth and the `excluded` paths (the store, when it lies inside the root).
+`.ckptignore` files, root-level `extra_patterns`, git's own exclude files (`info/exclude` and
+`core.excludesFile`, found by gitexclude.py; only when `use_gitignore`), and the exclusions no
+pattern can undo: `.git` at any depth, restore staging directories at the root
+(`.ckpt-staging-<hex>`) and the `excluded` paths (the store, when it lies inside the root).
+Other ckpt stores under the root are recognised by their marker files where the scan lists
+them (storemarks.py), not here.
 
 Pattern syntax is pathspec's gitignore dialect (`GitIgnoreSpecPattern` turns each line into a
 regex). This module decides which patterns are consulted for an entry, in git's dir.c order: the
 deepest ignore file with a matching pattern decides, the last matching pattern in a file wins, and
 nothing under an ignored directory is looked at (the walker does not descend; `is_ignored_path`
 checks the ancestors). In one directory `.gitignore`, `.ckptignore` and (root) `extra_patterns`
-act as one file in that order. Each regex counts only when it matches the entry itself:
+act as one file in that order; below every directory's files come `info/exclude`, then
+`core.excludesFile` (git's order: the lowest precedence last), both relative to the root. Each regex counts only when it matches the entry itself:
 `GitIgnoreSpec.check_file` also matches everything under a matched directory, which goes wrong
 once a deeper file re-includes that directory.
 
@@ -35,6 +40,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final, NamedTuple
 
+from ckpt.checkpoints.gitexclude import GitExcludes, read_git_excludes
+
 GITIGNORE: Final = b".gitignore"
 CKPTIGNORE: Final = b".ckptignore"
 
@@ -44,6 +51,10 @@ _FS_ERRORS: Final = sys.getfilesystemencodeerrors()
 # Git does not follow a symlinked in-tree .gitignore; O_NONBLOCK keeps a FIFO from hanging us.
 _OPEN_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _ALWAYS_OUT: Final = frozenset({".git"})
+# A restore's staging directory when the store is on another file system (restoring.py
+# `_staging_dir`): "<prefix><hex token>" at the root, never workspace content.
+STAGING_PREFIX: Final = ".ckpt-staging-"
+_HEX: Final = frozenset("0123456789abcdef")
 _GLOB_CHARS: Final = frozenset("*?[\\")
 # Shapes of pathspec's regex sources that this module relies on (pinned by the tests).
 _ANY_DIRS: Final = "^(?:.+/)?"  # leading "**/": any number of directories
@@ -54,6 +65,20 @@ _NAME_ENDS: Final = ("(?:(?P<ps_d>/)|$)", _DIR_MARK)
 # ignore file's directory. The literal kinds skip regex compilation, which dominates load time
 # (Linux: 1,349 of its 1,436 patterns are literals or "*literal"), as git has fast paths.
 _NAME_EQ, _NAME_SUFFIX, _NAME_RE, _ALL, _PATH_EQ, _PATH_RE, _PATH_INSIDE = range(7)
+
+
+class _RootNames(frozenset[str]):
+    """The names always out of the root: those of `_ALWAYS_OUT` and the excluded paths, and
+    every restore staging directory (`STAGING_PREFIX` + hex). Only the root pays the test."""
+
+    __slots__ = ()
+
+    def __contains__(self, name: object) -> bool:
+        if frozenset.__contains__(self, name):
+            return True
+        return (isinstance(name, str) and name.startswith(STAGING_PREFIX)
+                and len(name) > len(STAGING_PREFIX)
+                and _HEX.issuperset(name[len(STAGING_PREFIX):]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,9 +445,12 @@ class IgnoreRules:
         use_gitignore: bool = True,
         extra_patterns: Sequence[str] = (),
         excluded: Sequence[bytes] = (),
+        git_excludes: GitExcludes | None = None,
     ) -> IgnoreRules:
         """Rules for the tree at absolute path `root`. `extra_patterns` act like a root ignore file
-        read after the root's own; `excluded` are root-relative paths always ignored.
+        read after the root's own; `excluded` are root-relative paths always ignored;
+        `git_excludes` are git's exclude files (read here when not given; not used without
+        `use_gitignore`).
         Raises ValueError for a relative root or an excluded path that is not root-relative."""
         if not os.path.isabs(root):
             raise ValueError(f"root must be an absolute path: {root!r}")
@@ -434,11 +462,22 @@ class IgnoreRules:
             where = "".join(p.decode(_FS_ENCODING, _FS_ERRORS) + "/" for p in parts[:-1])
             name = parts[-1].decode(_FS_ENCODING, _FS_ERRORS)
             always_out[where] = always_out.get(where, _ALWAYS_OUT) | {name}
+        always_out[""] = _RootNames(always_out.get("", _ALWAYS_OUT))
         rules = cls(use_gitignore, always_out)
         extra = tuple(line for pattern in extra_patterns for line in pattern.split("\n"))
         top = root if root.endswith(b"/") else root + b"/"
+        frames: tuple[_Frame, ...] = ()
+        if use_gitignore:
+            if git_excludes is None:
+                git_excludes = read_git_excludes(os.fsdecode(root))
+            # Lowest precedence first: `_decide` asks the frames from the last one down.
+            for data in (git_excludes.excludes_file, git_excludes.info_exclude):
+                base = _compile_level(_lines(data)) if data else None
+                if base is not None:
+                    frames += (_Frame(base, 0, 0, base.path_rules),)
         level = rules._read_level(top, extra)
-        frames = () if level is None else (_Frame(level, 0, 0, level.path_rules),)
+        if level is not None:
+            frames += (_Frame(level, 0, 0, level.path_rules),)
         rules._root_rules = DirRules(rules, top, "", 0, frames, _prefilter(frames, 0))
         return rules
 
@@ -481,9 +520,8 @@ class IgnoreRules:
                 self._unreadable.append(path)
                 continue
             data = self._read(fd, path)
-            if data:  # like git: skip a UTF-8 BOM, drop the CR of a CRLF
-                text = data.removeprefix(b"\xef\xbb\xbf").decode(_FS_ENCODING, _FS_ERRORS)
-                lines += (line.removesuffix("\r") for line in text.split("\n"))
+            if data:
+                lines += _lines(data)
         lines += extra
         return _compile_level(tuple(lines)) if lines else None
 
@@ -500,3 +538,10 @@ class IgnoreRules:
             os.close(fd)
         self._unreadable.append(path)  # not a regular file, or a read error: counts as empty
         return b""
+
+
+def _lines(data: bytes) -> tuple[str, ...]:
+    """The pattern lines of an ignore file's bytes. Like git: a UTF-8 BOM is skipped and the
+    CR of a CRLF dropped."""
+    text = data.removeprefix(b"\xef\xbb\xbf").decode(_FS_ENCODING, _FS_ERRORS)
+    return tuple(line.removesuffix("\r") for line in text.split("\n"))

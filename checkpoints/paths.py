@@ -62,8 +62,13 @@ def display(path: bytes | str) -> str:
 
 
 def user_path_to_rel(root: str, path: str, cwd: str | None = None) -> RelPath:
-    """A path typed by a user (absolute, or relative to `cwd`) as a path under `root`."""
-    absolute = os.path.normpath(os.path.join(cwd or os.getcwd(), path))
+    """A path given by a caller (absolute, or relative to `cwd`) as a path under `root`.
+
+    Without `cwd` a relative path is relative to `root`, never to the process's current
+    directory: a library call means the same path wherever its process stands. The CLI
+    passes its current directory, so that a typed path is relative to where the user stands.
+    """
+    absolute = os.path.normpath(os.path.join(cwd or root, path))
     root_abs = os.path.normpath(root)
     relative = os.path.relpath(absolute, root_abs)
     if relative == "." or relative == ".." or relative.startswith("../"):

@@ -51,6 +51,7 @@ from ckpt.checkpoints.reports import RestoreReport
 from ckpt.checkpoints.scan import ProgressFn
 from ckpt.checkpoints.statcache import StatCache, leaf_counts
 from ckpt.checkpoints.statcache_restore import record_restore
+from ckpt.checkpoints.storemarks import leave_stores_alone
 from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace, ms
 from ckpt.checkpoints.writing import LockedRoot, naming
 from ckpt.objstore import EntryKind, ObjectId
@@ -159,6 +160,7 @@ class Restorer:
                             covered=intent.covered, absent_parents=intent.absent_parents,
                             keep=intent.keep, only=intent.only, reserved=ws.store_rel(),
                             count_leaves=leaf_counts(ws.current_cache(locked)).get)
+        plan = leave_stores_alone(plan, ws.root_b)  # never writes into another ckpt store
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("plan to %s: %d writes (%d bytes), %d chmods, %d mkdirs, %d removals, "
                          "%d unchanged", intent.checkpoint, len(plan.writes), plan.bytes_to_write,

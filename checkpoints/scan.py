@@ -62,6 +62,7 @@ from ckpt.checkpoints.statcache import (
     row_name,
     tree_row,
 )
+from ckpt.checkpoints.storemarks import is_store_dir, listing_holds_store, listing_may_hold_store
 from ckpt.objstore import (
     ContentChanged,
     EntryKind,
@@ -91,6 +92,9 @@ _KIND_OF = {int(kind): kind for kind in EntryKind}  # EntryKind(n) costs an enum
 _TREE_KIND = EntryKind.TREE
 RulesFactory = Callable[[], "IgnoreRules"]
 _NO_NAMES: list[bytes] = []  # never changed: the names of a listing kept with none
+# Names what every scan leaves out whatever the settings (ignore.py's `.git`, staging
+# directories; other stores by their markers): a cache made under others is not trusted whole.
+_BUILTIN_EXCLUSIONS = "git,store,staging,stores-by-marker"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +107,7 @@ class ScanOptions:
 
     @property
     def settings(self) -> str:
-        return repr((self.max_file_size, self.ignore_settings))
+        return repr((self.max_file_size, self.ignore_settings, _BUILTIN_EXCLUSIONS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +132,7 @@ class DirState(Enum):
     READ_WHOLE = "read whole"  # every entry looked at
     UNREADABLE = "unreadable"  # could not be listed: skipped, built empty
     VIRTUAL = "virtual"  # paths scope: an ancestor of tracked paths, holding only those
+    STORE = "a ckpt store"  # holds a store's marker files: left out like .git, never read
 
 
 @dataclass(slots=True)
@@ -248,6 +253,10 @@ class _Scanner:
                     self._unreadable(node, outcome)
                     continue
                 node.listing, node.newest = outcome
+                if node.key and listing_may_hold_store(node.listing) \
+                        and listing_holds_store(node.listing, node.fs_path):
+                    self._exclude_store(node)
+                    continue
                 cached = self.cache.dirs.get(node.key)
                 if cached is None or not self._read_changes(node, cached, following):
                     self._read_dir(node, cached, following)
@@ -255,6 +264,16 @@ class _Scanner:
                 nodes[child.key] = child
             pending = following
         return sorted(nodes.values(), key=_depth)
+
+    def _exclude_store(self, node: _Dir) -> None:
+        """Leave out a directory that is a ckpt store (storemarks.py): its parent builds its
+        tree without it and records no row for it, so the next walk does not list it while
+        the parent's listing is unchanged, and looks at it again when that listing changes."""
+        node.state, node.listing = DirState.STORE, None
+        if node.parent is not None:
+            node.parent.all_hits = False
+        if self.log is not None:
+            self.log.debug("left out %s/: a ckpt store", _show(node.key))
 
     def _unreadable(self, node: _Dir, errno: int) -> None:
         node.state, node.all_hits = DirState.UNREADABLE, False
@@ -576,6 +595,8 @@ class _Scanner:
         """Give `node` its tree id: the cached one where nothing in it changed (`_reuse`),
         else a tree built from its rows (`_rebuild`)."""
         state = node.state
+        if state is DirState.STORE:
+            return  # not part of the tree: its parent leaves it out
         if state is DirState.UNCHANGED and not node.children and self._taken_whole(node):
             return
         cached = None if state is DirState.VIRTUAL else self.cache.dirs.get(node.key)
@@ -658,6 +679,8 @@ class _Scanner:
             name, kind = row.name, row.kind
             if kind == _TREE:
                 child = node.children.get(name) or self._unchanged_child(node, name)
+                if child.state is DirState.STORE:
+                    continue
                 below = child.built
                 assert below is not None
                 size += below.size
@@ -746,7 +769,7 @@ class _Scanner:
         if node.children:
             trees = dict(cached.subdirs)
             for name, child in node.children.items():
-                if trees.get(name) != child.tree:
+                if child.state is DirState.STORE or trees.get(name) != child.tree:
                     return False
         return self._trusted(cached.tree)
 
@@ -844,7 +867,10 @@ def scan_paths(
     walked: list[_Dir] = []
     absent: list[RelPath] = []
     leaves: list[tuple[_Dir, int]] = []  # tracked files and links: (parent, row index)
+    stores: dict[bytes, bool] = {}
     for path in _outermost(paths):
+        if _under_store(root, path, stores):
+            continue  # left out like .git, even when tracked
         node = top
         dir_rules = rules.root_context()
         missing_from: RelPath | None = None
@@ -916,6 +942,17 @@ def _remember_leaves(cache: StatCache, leaves: Sequence[tuple[bytes, FileRow]]) 
             above = cache.dirs.get(key)
             if above is not None and above.tree:
                 cache.dirs[key] = DirRecord(b"", above.size, above.files, above.rows)
+
+
+def _under_store(root: bytes, path: RelPath, seen: dict[bytes, bool]) -> bool:
+    """Whether an ancestor of tracked `path` is a ckpt store (each ancestor checked once)."""
+    for ancestor in ancestors(path):
+        found = seen.get(ancestor)
+        if found is None:
+            found = seen[ancestor] = is_store_dir(root + b"/" + ancestor)
+        if found:
+            return True
+    return False
 
 
 def _is_real_dir(fs_path: bytes) -> bool:

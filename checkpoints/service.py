@@ -11,6 +11,7 @@ prints, never exits and changes no process-global state.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import importlib
 import os
 import random
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Self
 
 from ckpt.checkpoints.catalog import Catalog
 from ckpt.checkpoints.config import StoreConfig, read_config, write_config
-from ckpt.checkpoints.diff import Change, diff_trees, iter_leaves
+from ckpt.checkpoints.diff import Change, diff_trees, iter_leaves, with_not_captured
 from ckpt.checkpoints.errors import NotInitialized, PathNotInCheckpoint, UnsafePath
 from ckpt.checkpoints.identity import (
     MARKER,
@@ -291,12 +292,15 @@ class Checkpoints:
                turn_id: str | None = None, message_id: str | None = None,
                tool_call_id: str | None = None, summary: str | None = None,
                metadata: Mapping[str, Any] | None = None, paths: Sequence[str | bytes] | None = None,
-               progress: ProgressFn | None = None, keep: int | None = None) -> CheckpointRecord:
-        """Take a checkpoint. `keep=N` caps the session's checkpoints on this root at N after
-        it (the oldest go; 0 = no cap for this call); None applies `config.retention_cap`."""
+               progress: ProgressFn | None = None, keep: int | None = None,
+               cwd: str | None = None) -> CheckpointRecord:
+        """Take a checkpoint of the workspace (or its tracked paths and `paths`). `keep=N` caps
+        the session's checkpoints on this root at N after it (the oldest go; 0 = no cap for this
+        call); None applies `config.retention_cap`. A relative path in `paths` is relative to
+        the root, or to `cwd` when given (the CLI's current directory)."""
         if keep is not None and keep < 0:
             raise ValueError("keep must be >= 0")
-        extra = [self._ws.user_rel(p, None) for p in paths or ()]
+        extra = [self._ws.user_rel(p, cwd) for p in paths or ()]
         with self._writing("create") as locked:
             tracked = list(self.tracked())
             covered = sorted(set(tracked + extra)) if tracked or extra else None
@@ -306,13 +310,17 @@ class Checkpoints:
                                      metadata=dict(metadata or {}), keep=keep)
 
     def restore(self, ref: str, options: RestoreOptions | None = None, *,
-                progress: ProgressFn | None = None) -> RestoreReport:
+                progress: ProgressFn | None = None, cwd: str | None = None) -> RestoreReport:
         """Make the workspace match checkpoint `ref`, as `options` say (the default: the whole
-        scope, saving the current state first as the undo, recording the event)."""
+        scope, saving the current state first as the undo, recording the event). A relative
+        path in `options.paths` is relative to the root, or to `cwd` when given."""
         if options is None:
             from ckpt.checkpoints.restoring import RestoreOptions  # noqa: PLC0415 (see above)
 
             options = RestoreOptions()
+        if cwd is not None and options.paths:
+            options = dataclasses.replace(options, paths=tuple(
+                os.path.join(cwd, os.fsdecode(p)) for p in options.paths))
         target, only = self._restorer.resolve(ref, options)
         started = time.monotonic()
         with self._writing("restore") as locked:
@@ -340,11 +348,14 @@ class Checkpoints:
         return self.catalog.tracked(self.session)
 
     def track(self, *paths: str | bytes, cwd: str | None = None) -> tuple[RelPath, ...]:
+        """Add `paths` to this session's tracked paths. A relative path is relative to the
+        root, or to `cwd` when given (the CLI passes its current directory)."""
         new = {self._ws.user_rel(p, cwd) for p in paths}
         self.catalog.set_tracked(self.session, sorted(set(self.tracked()) | new))
         return self.tracked()
 
     def untrack(self, *paths: str | bytes, cwd: str | None = None) -> tuple[RelPath, ...]:
+        """Remove `paths` from the tracked paths (relative as in `track`)."""
         gone = {self._ws.user_rel(p, cwd) for p in paths}
         self.catalog.set_tracked(self.session, sorted(set(self.tracked()) - gone))
         return self.tracked()
@@ -378,12 +389,18 @@ class Checkpoints:
                 for path, e in iter_leaves(self.objects.get_tree, record.tree, None)]
 
     def diff(self, ref: str, ref2: str | None = None) -> builtins.list[Change]:
+        """What changed from checkpoint `ref` to the workspace (or to checkpoint `ref2`): its
+        leaves added, deleted, modified or changed in type, and as "S" (not captured, with the
+        reason) each path the newer state skipped that `ref` did not."""
         record = self.get(ref)
         if ref2 is not None:
-            return diff_trees(self.objects.get_tree, record.tree, self.get(ref2).tree)
+            other = self.get(ref2)
+            return with_not_captured(diff_trees(self.objects.get_tree, record.tree, other.tree),
+                                     record.skipped, other.skipped)
         with self._writing("diff") as locked:
             current = self._ws.scan(locked, record.paths if record.scope == "paths" else None, None)
-        return diff_trees(self.objects.get_tree, record.tree, current.tree)
+        return with_not_captured(diff_trees(self.objects.get_tree, record.tree, current.tree),
+                                 record.skipped, current.skipped)
 
     def _find_entry(self, record: CheckpointRecord, path: str | bytes) -> TreeEntry:
         rel = self._ws.rel(path)

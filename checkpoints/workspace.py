@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ckpt.checkpoints.catalog import Catalog
 from ckpt.checkpoints.config import StoreConfig
 from ckpt.checkpoints.errors import UnsafePath
+from ckpt.checkpoints.gitexclude import NO_EXCLUDES, GitExcludes, read_git_excludes
 from ckpt.checkpoints.identity import MARKER, legacy_key, read_marker
 from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, new_checkpoint_id
 from ckpt.checkpoints.paths import RelPath, parse_relpath, user_path_to_rel
@@ -106,12 +107,14 @@ class Workspace:
             return 0
 
     def _find_reserved(self) -> list[RelPath]:
-        """The store, where it lies inside the root, and the root's marker `.ckpt` (the store,
-        a link to it, or a symlink to either): never captured, never restored over."""
+        """The store, where it lies inside the root (by the path it was named by, a symlink in
+        the root that leads to it, and by its real path), and the root's marker `.ckpt` (the
+        store, a link to it, or a symlink to either): never captured, never restored over."""
         reserved: set[RelPath] = set()
-        rel = os.path.relpath(self.store_dir, self.root)
-        if rel != "." and not rel.startswith(".."):
-            reserved.add(parse_relpath(rel))
+        for path in dict.fromkeys((self.store_dir, os.path.realpath(self.store_dir))):
+            rel = os.path.relpath(path, self.root)
+            if rel not in (".", "..") and not rel.startswith("../"):
+                reserved.add(parse_relpath(rel))
         if read_marker(self.root) is not None:
             reserved.add(parse_relpath(MARKER))
         return sorted(reserved)
@@ -186,13 +189,15 @@ class Workspace:
 
     # -- snapshots -----------------------------------------------------------------------
 
-    def _rules(self, translations: tuple[str, Mapping[str, Any]] | None) -> IgnoreRules:
+    def _rules(self, translations: tuple[str, Mapping[str, Any]] | None,
+               git_excludes: GitExcludes) -> IgnoreRules:
         from ckpt.checkpoints.ignore import IgnoreRules, reuse_translations  # noqa: PLC0415 (lazy: pathspec)
 
         if translations is not None:  # saved by an earlier scan: spares importing pathspec
             reuse_translations(*translations)
         return IgnoreRules.load(self.root_b, use_gitignore=self.config.use_gitignore,
-                                extra_patterns=self.config.extra_ignore, excluded=self.store_rel())
+                                extra_patterns=self.config.extra_ignore, excluded=self.store_rel(),
+                                git_excludes=git_excludes)
 
     def scan(self, locked: LockedRoot, covered: Sequence[RelPath] | None,
              progress: ProgressFn | None) -> ScanResult:
@@ -200,16 +205,19 @@ class Workspace:
         restore that follows under the same locks plans and updates from it) and is saved with
         the call's bookkeeping."""
         cache = read_stat_cache(self.cache_path, gc_generation=self.gc_generation())
+        # Git's exclude files lie outside the walk: what they hold is part of the settings.
+        git_excludes = read_git_excludes(self.root) if self.config.use_gitignore else NO_EXCLUDES
         options = ScanOptions(max_file_size=self.config.max_file_size,
                               threads=self.config.effective_threads(),
                               ignore_settings=repr((self.config.use_gitignore,
                                                     tuple(self.config.extra_ignore),
-                                                    tuple(self.store_rel()))))
+                                                    tuple(self.store_rel()),
+                                                    git_excludes.identity)))
         start_ns = time.time_ns()
         loaded: list[IgnoreRules] = []
 
         def rules() -> IgnoreRules:  # loaded by the scan only where a name must be decided
-            loaded.append(self._rules(cache.ignore_translations))
+            loaded.append(self._rules(cache.ignore_translations, git_excludes))
             return loaded[-1]
 
         with naming(os.path.join(self.store_dir, "objects")):

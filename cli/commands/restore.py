@@ -7,6 +7,7 @@ A partial restore (`RestoreIncomplete`, exit 3) still prints its report: on stdo
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import click
@@ -89,7 +90,7 @@ def restore(state: State, id: str, dry_run: bool, no_save: bool, no_event: bool,
                                      discard_later=discard_later, dry_run=dry_run,
                                      paths=tuple(user_path(p) for p in paths),
                                      from_other_root=from_other_root)
-            report = service.restore(id, options, progress=progress)
+            report = service.restore(id, options, progress=progress, cwd=os.getcwd())
     except RestoreIncomplete as exc:
         partial = getattr(exc, "report", None)
         if partial is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import inspect
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -113,7 +114,7 @@ def create(state: State, label: str | None, reason: str | None, turn_id: str | N
                                 message_id=message_id, tool_call_id=tool_call_id,
                                 summary=summary, metadata=metadata,
                                 paths=[user_path(p) for p in paths] or None, progress=progress,
-                                keep=keep)
+                                keep=keep, cwd=os.getcwd())
     warn_skipped(record)
     if as_json:
         write_json(record.to_json())
@@ -262,6 +263,7 @@ Examples:
   ckpt diff ckpt-1764433022123 ckpt-1764433099  # between two checkpoints
 \b
 A added  D deleted  M modified (content or exec bit)  T type changed (file <-> symlink)
+S not captured (too large, special, unreadable; the reason follows the path)
 """)
 @_checkpoint_id("id")
 @_checkpoint_id("id2", required=False)
@@ -276,9 +278,11 @@ def diff(state: State, id: str, id2: str | None, as_json: bool) -> None:  # noqa
         else:
             changes = service.diff(id, id2)
     if as_json:
-        write_json([{"path": path_text(c.path), "change": c.change} for c in changes])
+        write_json([{"path": path_text(c.path), "change": c.change}
+                    | ({"reason": c.reason} if c.reason is not None else {}) for c in changes])
     else:
-        write_lines(f"{c.change} {display_path(c.path)}" for c in changes)
+        write_lines(f"{c.change} {display_path(c.path)}"
+                    + (f" ({c.reason})" if c.reason is not None else "") for c in changes)
 
 
 class _Base64Writer:

@@ -99,14 +99,15 @@ def test_user_path_to_rel_refuses_paths_outside_the_root(path: str, cwd: str | N
         user_path_to_rel(ROOT, path, cwd)
 
 
-def test_user_path_to_rel_defaults_to_the_process_cwd(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_user_path_to_rel_defaults_to_the_root_not_the_process_cwd(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "sub").mkdir()
     monkeypatch.chdir(tmp_path / "sub")
     root = os.path.dirname(os.getcwd())
-    assert user_path_to_rel(root, "x/y") == b"sub/x/y"
+    assert user_path_to_rel(root, "x/y") == b"x/y"
+    assert user_path_to_rel(root, "x/y", os.getcwd()) == b"sub/x/y"
     with pytest.raises(UnsafePath):
-        user_path_to_rel(root, "../../x")
+        user_path_to_rel(root, "../x")
 
 
 # -- properties ------------------------------------------------------------------------------
