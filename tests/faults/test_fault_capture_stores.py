@@ -57,8 +57,10 @@ def test_a_renamed_store_is_not_captured_and_tracks_its_markers(tmp_path: Path) 
     (Path(outer) / "new.txt").write_text("n\n")
     second = _create(outer)
     assert sorted(_files(outer, second)) == ["main.py", "new.txt", "vendor/inner/src/lib.py"]
-    # Without its format file it is no store: an ordinary directory, captured.
+    # Without its format file (and the `.gitignore` a store keeps so git leaves it alone) it
+    # is no store: an ordinary directory, captured.
     os.remove(os.path.join(inner, "history", "format"))
+    os.remove(os.path.join(inner, "history", ".gitignore"))
     third = _create(outer)
     assert "vendor/inner/history/catalog.db" in _files(outer, third)
     h.tally("capture", renamed_store=1)
