@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import fault_helpers as h
@@ -169,6 +170,7 @@ def test_a_store_named_through_a_symlink_in_the_root_is_not_captured(tmp_path: P
     elsewhere = tmp_path / "data" / "store"
     elsewhere.parent.mkdir()
     assert h.ckpt(str(root), "init", store=str(elsewhere)).code == 0
+    shutil.rmtree(root / ".ckpt")  # init's link to the store, replaced by a symlink
     (root / ".ckpt").symlink_to(elsewhere)
     ref = _create(str(root), store=str(root / ".ckpt"))
     assert _files(str(root), ref, store=str(root / ".ckpt")) == ["a.txt"]
