@@ -72,7 +72,7 @@ from ckpt.objstore import (
     TreeEntry,
     make_entry,
 )
-from ckpt.objstore.objects import MODE_BITS, entry_mode
+from ckpt.objstore.objects import DEFAULT_MODES, MODE_BITS
 
 if TYPE_CHECKING:  # pathspec is dear to import: only snapshots that decide a name pay for it
     from ckpt.checkpoints.ignore import DirRules, IgnoreRules
@@ -88,6 +88,7 @@ _EXEC = int(EntryKind.EXECUTABLE)
 _LINK = int(EntryKind.SYMLINK)
 _TREE = int(EntryKind.TREE)
 _TOMB = int(EntryKind.TOMBSTONE)
+_FILE_MODE, _EXEC_MODE = DEFAULT_MODES[_FILE], DEFAULT_MODES[_EXEC]
 _KIND_OF = {int(kind): kind for kind in EntryKind}  # EntryKind(n) costs an enum call per entry
 _TREE_KIND = EntryKind.TREE
 RulesFactory = Callable[[], "IgnoreRules"]
@@ -682,8 +683,10 @@ class _Scanner:
                 leaves += leaves >= 0
                 files += 1
                 size += row.size
+                bits = row.mode & MODE_BITS  # entry_mode(kind, row.mode), without a call
                 entry = _entry(previous, name, _KIND_OF[kind], ObjectId(row.ref), row.size,
-                               entry_mode(kind, row.mode))
+                               None if bits == (_EXEC_MODE if kind == _EXEC else _FILE_MODE)
+                               else bits)
             entries.append(entry)
             rows.append(row)
         return rows, entries, DirSummary(b"", size, files, leaves)

@@ -40,6 +40,18 @@ def write(root: str, rel: str, data: bytes, mode: int) -> str:
     return path
 
 
+def delete_and_restore(service: Checkpoints, *paths: str, umask: int = 0o022) -> None:
+    """Checkpoint, delete `paths`, restore the checkpoint under `umask`."""
+    record = service.create()
+    for path in paths:
+        os.unlink(path)
+    old = os.umask(umask)
+    try:
+        service.restore(record.id)
+    finally:
+        os.umask(old)
+
+
 @pytest.fixture
 def umask_022() -> Iterator[None]:
     old = os.umask(0o022)
@@ -64,9 +76,7 @@ def service(root: str) -> Iterator[Checkpoints]:
 
 def test_a_private_file_restores_private(root: str, service: Checkpoints) -> None:
     secret = write(root, "secret.env", b"TOKEN=1\n", 0o600)
-    record = service.create()
-    os.unlink(secret)
-    service.restore(record.id)
+    delete_and_restore(service, secret)
     assert perms(secret) == 0o600
 
 
@@ -115,9 +125,7 @@ def test_set_id_and_sticky_bits_are_never_recorded_nor_restored(
     os.chmod(path, 0o4755 | statmod.S_ISGID)
     if perms(path) & 0o6000 == 0:
         pytest.skip("this file system keeps no set-id bits")
-    record = service.create()
-    os.unlink(path)
-    service.restore(record.id)
+    delete_and_restore(service, path)
     assert perms(path) == 0o755
 
 
@@ -128,14 +136,7 @@ def test_an_explicit_mode_is_exact_whatever_the_umask_and_a_default_one_is_narro
     restore always did: never wider than the umask allows."""
     shared = write(root, "shared.txt", b"s\n", 0o664)
     plain = write(root, "plain.txt", b"p\n", 0o644)
-    record = service.create()
-    os.unlink(shared)
-    os.unlink(plain)
-    old = os.umask(0o077)
-    try:
-        service.restore(record.id)
-    finally:
-        os.umask(old)
+    delete_and_restore(service, shared, plain, umask=0o077)
     assert (perms(shared), perms(plain)) == (0o664, 0o600)
 
 
