@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import resource
 import subprocess
+import sys
 
 import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import pytest
@@ -80,7 +81,9 @@ def _low_nofile() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
 
 
-def test_a_deep_restore_completes_under_a_low_descriptor_limit(base: str) -> None:
+def deep_tree_gone(base: str) -> tuple[str, str, h.Model]:
+    """(root, checkpoint id, its tree) of a checkpoint of DEPTH nested directories (a file in
+    each), deleted since from the workspace."""
     root = os.path.join(base, "ws")
     os.mkdir(root)
     assert h.ckpt(root, "init").code == h.OK
@@ -91,9 +94,35 @@ def test_a_deep_restore_completes_under_a_low_descriptor_limit(base: str) -> Non
     target = h.ckpt(root, "create").out.strip()
     expected = h.tree_state(root)
     subprocess.run(["rm", "-rf", os.path.join(root, "l0")], check=True)
-    assert h.ckpt(root, "create").code == h.OK
+    return root, target, expected
+
+
+def test_a_deep_restore_completes_under_a_low_descriptor_limit(base: str) -> None:
+    root, target, expected = deep_tree_gone(base)
     done = subprocess.run(h.argv(root, "restore", target), env=h.env(), cwd=root,
                           capture_output=True, timeout=180, check=False, preexec_fn=_low_nofile)
     assert done.returncode == h.OK, done.stderr.decode(errors="replace")
+    assert h.tree_state(root) == expected
+    h.tally("apply under RLIMIT_NOFILE", injected=1, completed=1)
+
+
+# The same restore where the bound is wrong (as if other descriptors were taken after it was
+# fitted): every EMFILE closes another directory and the apply still completes.
+_UNBOUNDED = """
+import resource, sys
+from ckpt.checkpoints import restore
+from ckpt.checkpoints.service import Checkpoints
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[3]), int(sys.argv[3])))
+restore.open_dirs_bound = lambda: 10_000
+with Checkpoints.open(sys.argv[1]) as cp:
+    cp.restore(sys.argv[2])
+"""
+
+
+def test_a_deep_restore_survives_emfile_when_its_bound_is_too_high(base: str) -> None:
+    root, target, expected = deep_tree_gone(base)
+    done = subprocess.run([sys.executable, "-c", _UNBOUNDED, root, target, str(NOFILE)],
+                          env=h.env(), capture_output=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
     assert h.tree_state(root) == expected
     h.tally("apply under RLIMIT_NOFILE", injected=1, completed=1)
