@@ -62,16 +62,13 @@ def umask_022() -> Iterator[None]:
 
 
 @pytest.fixture
-def root(tmp_path: Path, umask_022: None) -> str:
-    path = os.path.realpath(tmp_path / "ws")
-    os.mkdir(path)
-    return path
+def root(ws: Path, umask_022: None) -> str:
+    return os.path.realpath(ws)
 
 
 @pytest.fixture
-def service(root: str) -> Iterator[Checkpoints]:
-    with Checkpoints.init(root) as cp:
-        yield cp
+def service(cp: Checkpoints) -> Checkpoints:
+    return cp  # on `ws` (tests/checkpoints/conftest.py)
 
 
 def test_a_private_file_restores_private(root: str, service: Checkpoints) -> None:
