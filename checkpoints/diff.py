@@ -1,7 +1,7 @@
 """Pure manifest diff: what changed between two trees, skipping equal subtrees by id.
 
 Reports leaves only (files, executables, symlinks); a tombstone counts as absent. Changes are
-`A` added, `D` deleted, `M` content or exec bit changed, `T` type changed (file <-> symlink).
+`A` added, `D` deleted, `M` content or mode changed, `T` type changed (file <-> symlink).
 A directory replaced by a file (or back) shows as the leaf's D/A plus the directory's leaves.
 `with_not_captured` adds `S`: a path the newer state could not capture (too large, special,
 unreadable, changed while read; `Change.reason` says which) that the older one did not skip.
@@ -85,7 +85,8 @@ def _diff_entry(
         out.append(Change(path, "D", old, None))
     elif (old.kind is EntryKind.SYMLINK) != (new.kind is EntryKind.SYMLINK):
         out.append(Change(path, "T", old, new))
-    elif old.kind != new.kind or old.oid != new.oid or old.target != new.target:
+    elif old.kind != new.kind or old.oid != new.oid or old.target != new.target \
+            or old.mode != new.mode:
         out.append(Change(path, "M", old, new))
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ckpt.checkpoints.paths import RelPath, join_rel
 from ckpt.objstore import EntryKind, InvalidTree, ObjectId, Tree, TreeEntry
@@ -38,6 +39,18 @@ class FileWrite:
     replaces: EntryKind | None  # what stands there now (None: nothing)
 
 
+class Chmod(NamedTuple):
+    """A file whose content stays and whose permission bits become `entry`'s (`entry.perms`;
+    an entry of default mode is narrowed by the umask, as a file restore.py writes is)."""
+
+    path: RelPath
+    entry: TreeEntry  # FILE or EXECUTABLE
+
+    @property
+    def executable(self) -> bool:
+        return self.entry.kind is EntryKind.EXECUTABLE
+
+
 @dataclass(frozen=True, slots=True)
 class Removal:
     path: RelPath
@@ -49,7 +62,7 @@ class RestorePlan:
     pre_removals: tuple[Removal, ...]  # deepest first: make room for a different type
     mkdirs: tuple[RelPath, ...]  # parents first
     writes: tuple[FileWrite, ...]
-    chmods: tuple[tuple[RelPath, bool], ...]  # (path, executable)
+    chmods: tuple[Chmod, ...]
     removals: tuple[Removal, ...]  # leaves first, then directories deepest first
     unchanged: int
 
@@ -73,7 +86,7 @@ class _Builder:
     pre_removals: list[Removal] = field(default_factory=list)
     mkdirs: list[RelPath] = field(default_factory=list)
     writes: list[FileWrite] = field(default_factory=list)
-    chmods: list[tuple[RelPath, bool]] = field(default_factory=list)
+    chmods: list[Chmod] = field(default_factory=list)
     removals: list[Removal] = field(default_factory=list)
     dir_removals: list[Removal] = field(default_factory=list)
     unchanged: int = 0
@@ -137,7 +150,8 @@ class _Builder:
         same = {name for name, entry in new_entries.items()
                 if (old := get(name)) is entry or (
                     old is not None and old.oid == entry.oid and old.kind is entry.kind
-                    and old.size == entry.size and old.target == entry.target)}
+                    and old.size == entry.size and old.target == entry.target
+                    and old.mode == entry.mode)}
         same.discard(_GIT)  # left to `compare_dirs`, which refuses it
         for reserved in self.reserved:
             parent, _, name = reserved.rpartition(b"/")
@@ -196,10 +210,11 @@ class _Builder:
             return
         if old is None:
             self.writes.append(FileWrite(path, new, None))
-        elif old.kind is new.kind and old.oid == new.oid and old.target == new.target:
+        elif old.kind is new.kind and old.oid == new.oid and old.target == new.target \
+                and old.mode == new.mode:
             self.unchanged += 1
         elif old.kind is not EntryKind.SYMLINK and new.kind is not EntryKind.SYMLINK and old.oid == new.oid:
-            self.chmods.append((path, new.kind is EntryKind.EXECUTABLE))
+            self.chmods.append(Chmod(path, new))  # same content, other permission bits
         else:
             self.writes.append(FileWrite(path, new, old.kind))
 

@@ -8,13 +8,21 @@ Two steps, so a bad store never leaves a half-restored tree:
    into place (no temporary name ever appears in the workspace, and a replaced file is never
    missing), chmods, then removals and rmdirs — all relative to directory descriptors opened
    with O_NOFOLLOW one component at a time, so nothing is ever written through a symlink or
-   outside the root, whatever changed on disk since the plan was made.
+   outside the root, whatever changed on disk since the plan was made. The descriptors kept
+   open are bounded by what the process may still open (`open_dirs_bound`).
 What a restore replaces or removes is freed with the staging directory (`remove_staging_soon`)
 rather than where it stood: freeing a file's blocks is the dearest step of replacing it (on
 ext4), and a thread can do it while the caller records what was written.
 A path that cannot be applied (an ignored file keeps a directory from being replaced, a
-directory appeared where a file must go) is reported as a conflict, never forced.
+directory appeared where a file must go) is reported as a conflict, never forced. A resource
+that runs out (`RESOURCE_ERRNOS`: no space or inodes, a quota, no descriptors, no memory) is
+no conflict: the OSError is raised, naming the path, and the caller's journal stays open so
+that the restore is completed once the resource is back.
 Crash safety (the journal) is the caller's: this module can be re-run on any state.
+
+A file gets the permission bits its entry records (`restored_mode`). It is created in the
+staging directory with those bits or fewer (the umask can only take bits away), then given
+exactly them, so it is never readable by anyone its recorded mode excludes, even for a moment.
 
 Restored files are dated `RESTORED_AGE_NS` before their staging, while they are still private
 to the staging directory: any later write to one moves its mtime to the present, so a stat
@@ -27,15 +35,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import resource
 import stat as statmod
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ckpt.checkpoints.paths import RelPath, display, parent_rel
-from ckpt.checkpoints.plan import FileWrite, RestorePlan
+from ckpt.checkpoints.plan import Chmod, FileWrite, RestorePlan
 from ckpt.checkpoints.statcache import RACY_WINDOW_NS
-from ckpt.objstore import EntryKind, ObjectStore
+from ckpt.objstore import EntryKind, ObjectStore, TreeEntry
 from ckpt.objstore.native import load_native
 
 _fsops = load_native("ckpt.checkpoints._fsops")
@@ -49,8 +58,16 @@ ProgressFn = Callable[[str, int, int], None]
 # comparing mtimes still see a restored file as newer than anything built before the restore.
 RESTORED_AGE_NS = RACY_WINDOW_NS + 10_000_000
 ConflictFn = Callable[[RelPath, str], None]
-# Directory descriptors an apply keeps open at most (see _Dirs).
+# Directory descriptors an apply keeps open at most (see _Dirs), and the share of the
+# descriptors the process may still open that it takes (the rest is for the store, the
+# catalog and the caller).
 MAX_OPEN_DIRS = 64
+_DIRS_SHARE = 4
+# A resource ran out: retrying once it is back completes the restore, so these are raised,
+# never reported as conflicts.
+RESOURCE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE,
+                             errno.ENOMEM})
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
 # How renameat2 says it cannot exchange two names here (an old kernel, a file system without
 # RENAME_EXCHANGE): the staged file is renamed over the old one instead.
 _NO_EXCHANGE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP})
@@ -86,20 +103,48 @@ def _umask() -> int:
     return mask
 
 
+def open_dirs_bound() -> int:
+    """How many directory descriptors an apply keeps open: a share of those the process may
+    still open (the soft RLIMIT_NOFILE less those in use), at most `MAX_OPEN_DIRS`, at least
+    one. (A descriptor that still cannot be had closes the others first: see `_Dirs.open`.)"""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_OPEN_DIRS
+    try:
+        in_use = len(os.listdir("/dev/fd"))
+    except OSError:
+        in_use = 0
+    return max(1, min(MAX_OPEN_DIRS, (soft - in_use) // _DIRS_SHARE))
+
+
 class _Dirs:
     """Directory descriptors under the root, opened without following symlinks.
 
-    At most `MAX_OPEN_DIRS` stay open (least recently used closed first), so a restore that
-    goes through more directories than the process may hold descriptors (1,024 by default on
-    many systems; the Linux source has ~5,000 directories) does not fail with EMFILE. The
-    plan's paths are sorted, so a directory is seldom opened twice. A descriptor is only ever
-    closed once its caller is done with it: `open` evicts after the new one is opened."""
+    At most `bound` stay open (least recently used closed first; `open_dirs_bound`), so a
+    restore that goes through more directories than the process may hold descriptors (1,024
+    by default on many systems; the Linux source has ~5,000 directories) does not fail with
+    EMFILE; one that meets EMFILE anyway closes the others and tries again, so a single
+    descriptor besides the root's is enough. The plan's paths are sorted, so a directory is
+    seldom opened twice. A descriptor is only ever closed once its caller is done with it:
+    `open` evicts after the new one is opened, and never the one it opens below."""
 
     def __init__(self, root: bytes, report: ApplyReport) -> None:
+        self.root = root
+        self.bound = open_dirs_bound()
         self.root_fd = os.open(root, _DIR_FLAGS)
         self.fds: dict[RelPath, int] = {}  # in order of last use
         self.closed: dict[bytes, os.stat_result] = {}  # the stat of each evicted one
         self.report = report
+
+    def reason(self, exc: OSError, path: RelPath) -> str:
+        """The words of the conflict `exc` makes at `path`. A resource that ran out makes no
+        conflict: `exc` is raised again, naming `path` in the workspace."""
+        if exc.errno in RESOURCE_ERRNOS:
+            where = os.fsdecode(self.root + b"/" + path)
+            raise OSError(exc.errno, exc.strerror, where) from exc
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            return "a symlink or file stands where a directory must be"
+        return exc.strerror or str(exc)
 
     def stat_all(self) -> dict[bytes, os.stat_result]:
         """The stat of every directory the apply went through; one that cannot be had is left
@@ -134,22 +179,40 @@ class _Dirs:
         parent_fd = self.open(parent_rel(path), create=create)
         name = path.rsplit(b"/", 1)[-1]
         try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+            fd = self._open_below(parent_fd, name)
         except FileNotFoundError:
             if not create:
                 raise
             os.mkdir(name, 0o777, dir_fd=parent_fd)
             self.report.dirs_created += 1
-            fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+            fd = self._open_below(parent_fd, name)
         self.fds[path] = fd
         self.closed.pop(path, None)
-        while len(self.fds) > MAX_OPEN_DIRS:
-            oldest = next(iter(self.fds))
-            old_fd = self.fds.pop(oldest)
-            with contextlib.suppress(OSError):
-                self.closed[oldest] = os.fstat(old_fd)
-            os.close(old_fd)
+        while len(self.fds) > self.bound:
+            self._evict_oldest()
         return fd
+
+    def _open_below(self, parent_fd: int, name: bytes) -> int:
+        """Open directory `name` in `parent_fd`; out of descriptors, close the others (all but
+        `parent_fd`) one by one and try again before giving up."""
+        while True:
+            try:
+                return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_DESCRIPTORS or not self._evict_oldest(parent_fd):
+                    raise
+                self.bound = len(self.fds) + 1  # keep to what could be had
+
+    def _evict_oldest(self, keep: int = -1) -> bool:
+        """Close the least recently used descriptor but `keep`; False if there is none."""
+        oldest = next((path for path, fd in self.fds.items() if fd != keep), None)
+        if oldest is None:
+            return False
+        old_fd = self.fds.pop(oldest)
+        with contextlib.suppress(OSError):
+            self.closed[oldest] = os.fstat(old_fd)
+        os.close(old_fd)
+        return True
 
 
 def _name(path: RelPath) -> bytes:
@@ -176,11 +239,14 @@ def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[R
                 staged[write.path] = temp
                 continue
             assert entry.oid is not None
-            mode = (0o777 if entry.kind is EntryKind.EXECUTABLE else 0o666) & ~mask
+            mode = restored_mode(entry, mask)
+            # Created with `mode` less the umask: never more than it may have, even for a moment.
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
             with os.fdopen(fd, "wb") as out:
                 store.copy_to(entry.oid, out)
                 out.flush()
+                if mode & mask:  # the umask took away bits the entry records
+                    os.fchmod(fd, mode)
                 os.utime(fd, ns=(stamp, stamp))
             staged[write.path] = temp
     except BaseException:
@@ -189,18 +255,31 @@ def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[R
     return staged
 
 
+def restored_mode(entry: TreeEntry, umask: int) -> int:
+    """The permission bits a restore gives the file of `entry`: those it records, exactly; for
+    an entry of its kind's default mode (so every file of a tree made before modes were
+    recorded) that default less the `umask`, as a restore always gave it."""
+    return entry.perms if entry.mode is not None else entry.perms & ~umask
+
+
 def remove_staging(staging: bytes) -> None:
     """Remove a staging directory, ignoring errors. It is flat (staged files and symlinks, and
     what the apply replaced or removed), so unlinking its entries is enough. A directory in
     it is left there, and so is the staging directory: only a race with another writer can
-    put one there (see `_put_in_place`), and it is not the restore's to delete."""
+    put one there (see `_put_in_place`), and it is not the restore's to delete. A symlink in
+    its place is not followed (one in the workspace is the workspace's to plant)."""
     try:
-        names = os.listdir(staging)
+        fd = os.open(staging, _DIR_FLAGS)
     except OSError:
         return
-    for name in names:
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(staging, name))
+    try:
+        for name in os.listdir(fd):
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=fd)
+    except OSError:
+        return
+    finally:
+        os.close(fd)
     with contextlib.suppress(OSError):
         os.rmdir(staging)
 
@@ -262,12 +341,13 @@ def apply_plan(
             try:
                 dirs.open(path, create=True)
             except OSError as exc:
-                conflict(path, _why(exc))
+                conflict(path, dirs.reason(exc, path))
         for write in plan.writes:
             _write(dirs, write, staged.get(write.path), report, conflict)
             tick()
-        for path, executable in plan.chmods:
-            _chmod(dirs, path, executable, report, conflict)
+        mask = _umask() if plan.chmods else 0
+        for chmod in plan.chmods:
+            _chmod(dirs, chmod, restored_mode(chmod.entry, mask), report, conflict)
         for removal in plan.removals:
             _remove(dirs, removal.path, removal.kind, report, conflict, trash, strict=False)
             tick()
@@ -277,12 +357,6 @@ def apply_plan(
     return report
 
 
-def _why(exc: OSError) -> str:
-    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-        return "a symlink or file stands where a directory must be"
-    return exc.strerror or str(exc)
-
-
 def _write(
     dirs: _Dirs, write: FileWrite, staged: bytes | None, report: ApplyReport, conflict: ConflictFn
 ) -> None:
@@ -290,7 +364,7 @@ def _write(
     try:
         parent_fd = dirs.open(parent_rel(path), create=True)
     except OSError as exc:
-        conflict(path, _why(exc))
+        conflict(path, dirs.reason(exc, path))
         return
     name = _name(path)
     try:
@@ -312,7 +386,7 @@ def _write(
             return
         st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
     except OSError as exc:
-        conflict(path, _why(exc))
+        conflict(path, dirs.reason(exc, path))
         return
     report.written += 1
     ref = entry.target if entry.kind is EntryKind.SYMLINK else entry.oid
@@ -362,7 +436,11 @@ class _Trash:
                     follow_symlinks=False)
 
 
-def _chmod(dirs: _Dirs, path: RelPath, executable: bool, report: ApplyReport, conflict: ConflictFn) -> None:
+def _chmod(dirs: _Dirs, chmod: Chmod, mode: int, report: ApplyReport,
+           conflict: ConflictFn) -> None:
+    """Give the file at `chmod.path` exactly the permission bits `mode` (set-id and sticky bits
+    go: a tree never records them)."""
+    path = chmod.path
     try:
         parent_fd = dirs.open(parent_rel(path), create=False)
         fd = os.open(_name(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent_fd)
@@ -371,14 +449,12 @@ def _chmod(dirs: _Dirs, path: RelPath, executable: bool, report: ApplyReport, co
             if not statmod.S_ISREG(st.st_mode):
                 conflict(path, "not a regular file")
                 return
-            mode = st.st_mode & 0o7777
-            mode = mode | ((mode & 0o444) >> 2) if executable else mode & ~0o111
             os.fchmod(fd, mode)
             report.chmods += 1
         finally:
             os.close(fd)
     except OSError as exc:
-        conflict(path, _why(exc))
+        conflict(path, dirs.reason(exc, path))
 
 
 def _remove(
@@ -390,7 +466,7 @@ def _remove(
     except FileNotFoundError:
         return  # already gone with its parent
     except OSError as exc:
-        conflict(path, _why(exc))
+        conflict(path, dirs.reason(exc, path))
         return
     name = _name(path)
     try:
@@ -415,7 +491,7 @@ def _remove(
         if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
             conflict(path, "directory holds files the checkpoint does not know (ignored?)")
             return
-        conflict(path, _why(exc))
+        conflict(path, dirs.reason(exc, path))
 
 
 def describe_conflicts(conflicts: list[tuple[RelPath, str]]) -> str:

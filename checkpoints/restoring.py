@@ -52,7 +52,13 @@ from ckpt.checkpoints.scan import ProgressFn
 from ckpt.checkpoints.statcache import StatCache, leaf_counts
 from ckpt.checkpoints.statcache_restore import record_restore
 from ckpt.checkpoints.storemarks import leave_stores_alone
-from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace, ms
+from ckpt.checkpoints.workspace import (
+    STAGING_PREFIX,
+    WORKSPACE_STAGING_PREFIX,
+    Workspace,
+    is_workspace_staging,
+    ms,
+)
 from ckpt.checkpoints.writing import LockedRoot, naming
 from ckpt.objstore import EntryKind, ObjectId
 from ckpt.objstore.errors import ObjstoreError
@@ -173,9 +179,9 @@ class Restorer:
         # removed is linked here: all on the root's filesystem.
         ws = self._ws
         token = os.urandom(6).hex()
-        if os.stat(ws.root_dir).st_dev == os.stat(ws.root).st_dev:
+        if not ws.stages_in_workspace():
             return os.fsencode(os.path.join(ws.root_dir, STAGING_PREFIX + token))
-        return ws.root_b + b"/.ckpt-staging-" + token.encode()
+        return ws.root_b + b"/" + os.fsencode(WORKSPACE_STAGING_PREFIX + token)
 
     def _execute(self, locked: LockedRoot, intent: RestoreIntent, target: CheckpointRecord,
                  plan: RestorePlan, started: float, progress: ProgressFn | None, *,
@@ -282,7 +288,7 @@ class Restorer:
         token = name.rpartition(b"-")[2]
         ours = (parent == os.fsencode(ws.root_dir)
                 and name == os.fsencode(STAGING_PREFIX) + token) or (
-            parent == ws.root_b and name == b".ckpt-staging-" + token)
+            parent == ws.root_b and name == os.fsencode(WORKSPACE_STAGING_PREFIX) + token)
         if not (ours and len(token) == 12 and all(c in b"0123456789abcdef" for c in token)):
             raise CatalogCorrupt(where, f"restore journal of {ws.root} names a staging "
                                  f"directory ckpt does not make: {os.fsdecode(intent.staging)}")
@@ -304,17 +310,27 @@ class Restorer:
         """Remove staging directories that no journal names: a restore's journal is closed
         before what it replaced is freed (its bookkeeping), so a kill in between, or a disk
         error while freeing, leaves one. The root lock is held: no restore of this root is
-        running. (One in the workspace, for a store on another file system, is left.)"""
+        running. Where the store is on another file system, the staging directories are in
+        the workspace root (`.ckpt-staging-<12 hex>`, real directories only: a symlink of
+        that name is not followed), and those are removed too."""
+        ws = self._ws
         try:
-            names = [n for n in os.listdir(self._ws.root_dir) if n.startswith(STAGING_PREFIX)]
+            paths = [os.fsencode(os.path.join(ws.root_dir, n)) for n in os.listdir(ws.root_dir)
+                     if n.startswith(STAGING_PREFIX)]
         except OSError:
-            return
-        if names:
+            paths = []
+        try:
+            if ws.stages_in_workspace():
+                paths += [ws.root_b + b"/" + n for n in os.listdir(ws.root_b)
+                          if is_workspace_staging(n)]
+        except OSError:
+            pass
+        if paths:
             from ckpt.checkpoints.restore import remove_staging  # noqa: PLC0415 (lazy: see the module)
 
-            logger.debug("removing %d leftover staging directories", len(names))
-            for name in names:
-                remove_staging(os.fsencode(os.path.join(self._ws.root_dir, name)))
+            logger.debug("removing %d leftover staging directories", len(paths))
+            for path in paths:
+                remove_staging(path)
 
     def _resume(self, locked: LockedRoot, intent: RestoreIntent) -> RestoreReport | None:
         ws = self._ws

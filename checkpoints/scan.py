@@ -73,6 +73,7 @@ from ckpt.objstore import (
     TreeEntry,
     make_entry,
 )
+from ckpt.objstore.objects import DEFAULT_MODES, MODE_BITS
 
 if TYPE_CHECKING:  # pathspec is dear to import: only snapshots that decide a name pay for it
     from ckpt.checkpoints.ignore import DirRules, IgnoreRules
@@ -88,6 +89,7 @@ _EXEC = int(EntryKind.EXECUTABLE)
 _LINK = int(EntryKind.SYMLINK)
 _TREE = int(EntryKind.TREE)
 _TOMB = int(EntryKind.TOMBSTONE)
+_FILE_MODE, _EXEC_MODE = DEFAULT_MODES[_FILE], DEFAULT_MODES[_EXEC]
 _KIND_OF = {int(kind): kind for kind in EntryKind}  # EntryKind(n) costs an enum call per entry
 _TREE_KIND = EntryKind.TREE
 RulesFactory = Callable[[], "IgnoreRules"]
@@ -107,7 +109,9 @@ class ScanOptions:
 
     @property
     def settings(self) -> str:
-        return repr((self.max_file_size, self.ignore_settings, _BUILTIN_EXCLUSIONS))
+        # "modes": trees record permission bits; a cache whose tree ids were made before they
+        # did is used row by row, and its trees are built again (see `_Scanner.reuse_trees`).
+        return repr((self.max_file_size, self.ignore_settings, _BUILTIN_EXCLUSIONS, "modes"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +219,8 @@ class _Scanner:
         self.root_rules: RulesFactory = _no_rules
         # Whole-directory shortcuts need ids that surely exist and rows made under these rules.
         self.shortcuts = not cache.needs_verification and cache.settings == options.settings
+        # A cached tree id describes its rows only as the settings it was made under saw them.
+        self.reuse_trees = cache.settings == options.settings
         self._nodes: dict[bytes, _Dir] = {}
         self._known: Known = {}  # what the walk compared listings against (see walk)
 
@@ -603,10 +609,11 @@ class _Scanner:
         if node.reread is not None:  # read in part: unchanged if what was read is as before
             rows = node.rows
             node.all_hits = node.clean and all(
-                old.kind == rows[at].kind and (old.kind == _TREE or old.ref == rows[at].ref)
+                old.kind == rows[at].kind and (old.kind == _TREE or (
+                    old.ref == rows[at].ref and not (old.mode ^ rows[at].mode) & MODE_BITS))
                 for old, at in node.reread)
         if (state is DirState.UNCHANGED or node.all_hits) and cached is not None \
-                and cached.tree and self._unchanged(node, cached):
+                and cached.tree and self.reuse_trees and self._unchanged(node, cached):
             self._reuse(node, cached)
         else:
             self._rebuild(node, cached)
@@ -687,7 +694,7 @@ class _Scanner:
                 files += below.files
                 leaves = -1 if leaves < 0 or below.leaves < 0 else leaves + below.leaves
                 row = tree_row(name, below.tree, below.size)
-                entry = _entry(previous, name, _TREE_KIND, ObjectId(below.tree), below.size)
+                entry = _entry(previous, name, _TREE_KIND, ObjectId(below.tree), below.size, None)
             elif kind == _TOMB:
                 entry = TreeEntry(name, EntryKind.TOMBSTONE)
             elif row.ref is None:  # could not be read: skipped (and reported) by the job
@@ -699,7 +706,10 @@ class _Scanner:
                 leaves += leaves >= 0
                 files += 1
                 size += row.size
-                entry = _entry(previous, name, _KIND_OF[kind], ObjectId(row.ref), row.size)
+                bits = row.mode & MODE_BITS  # entry_mode(kind, row.mode), without a call
+                entry = _entry(previous, name, _KIND_OF[kind], ObjectId(row.ref), row.size,
+                               None if bits == (_EXEC_MODE if kind == _EXEC else _FILE_MODE)
+                               else bits)
             entries.append(entry)
             rows.append(row)
         return rows, entries, DirSummary(b"", size, files, leaves)
@@ -813,12 +823,13 @@ def scan_workspace(
 
 
 def _entry(previous: dict[bytes, TreeEntry], name: bytes, kind: EntryKind, oid: ObjectId,
-           size: int) -> TreeEntry:
-    """`make_entry(name, kind, oid, None, size)`, or the equal entry of `previous` (the tree a
-    rebuilt directory had) as it is."""
+           size: int, mode: int | None) -> TreeEntry:
+    """`make_entry(name, kind, oid, None, size, mode)`, or the equal entry of `previous` (the
+    tree a rebuilt directory had) as it is."""
     entry = previous.get(name)
-    if entry is None or entry.oid != oid or entry.size != size or entry.kind is not kind:
-        return make_entry(name, kind, oid, None, size)
+    if entry is None or entry.oid != oid or entry.size != size or entry.kind is not kind \
+            or entry.mode != mode:
+        return make_entry(name, kind, oid, None, size, mode)
     return entry
 
 
@@ -862,6 +873,9 @@ def scan_paths(
     scanner.root_rules = _as_factory(rules)
     rules = scanner.root_rules()
     scanner.new_cache.dirs.update(cache.dirs)  # other paths' records stay valid
+    if not scanner.reuse_trees:  # their rows do; their tree ids were made under other settings
+        for key, record in cache.dirs.items():
+            scanner.new_cache.dirs[key] = DirRecord(b"", record.size, record.files, record.rows)
     top = _Dir(b"", root, state=DirState.VIRTUAL, all_hits=False)
     virtual_nodes = [top]
     walked: list[_Dir] = []

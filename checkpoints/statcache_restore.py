@@ -10,8 +10,9 @@ holds the root's lock). In order:
 2. `_restored_listings`: where every change in a directory is known (only files and links came
    or went, no ignore file, no name the rules left out), the listing it has now is its cached
    one patched with those changes (`dirlisting.patch_listing`);
-3. `adopt_restored_trees`: a directory whose rows now name exactly the target's entries gets
-   the target's tree id back, deepest first;
+3. `adopt_restored_trees`: a directory whose rows now name exactly the target's entries (a
+   file's permission bits included: a umask may have narrowed them) gets the target's tree
+   id back, deepest first;
 4. a directory that got its id back, with its listing known in full and nothing racy left in
    it, trusts that listing: the next walk finds it unchanged without Python, as after a scan.
 
@@ -40,6 +41,7 @@ from ckpt.checkpoints.statcache import (
     tree_row,
 )
 from ckpt.objstore import EntryKind, ObjectId, Tree
+from ckpt.objstore.objects import entry_mode
 
 _FILE = int(EntryKind.FILE)
 _EXEC = int(EntryKind.EXECUTABLE)
@@ -171,7 +173,8 @@ def adopt_restored_trees(cache: StatCache, load: Callable[[ObjectId], Tree], tar
                 if row.ref != entry.target:
                     break
                 leaves += leaves >= 0
-            elif kind in (_FILE, _EXEC) and row.ref == entry.oid and row.size == entry.size:
+            elif kind in (_FILE, _EXEC) and row.ref == entry.oid and row.size == entry.size \
+                    and entry_mode(kind, row.mode) == entry.mode:
                 size += row.size
                 files += 1
                 leaves += leaves >= 0

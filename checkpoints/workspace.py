@@ -37,6 +37,16 @@ Clock = Callable[[], datetime]
 Listener = Callable[[Event], None]
 # roots/<key>/staging-<12 hex digits>: a restore's staging directory on the store's side.
 STAGING_PREFIX = "staging-"
+# <root>/.ckpt-staging-<12 hex digits>: a restore's staging directory where the store is on
+# another file system than the root (staged files are renamed into place).
+WORKSPACE_STAGING_PREFIX = ".ckpt-staging-"
+
+
+def is_workspace_staging(name: bytes) -> bool:
+    """Whether `name`, an entry of a workspace root, is a name a restore stages under."""
+    token = name[len(WORKSPACE_STAGING_PREFIX):]
+    return (name.startswith(b".ckpt-staging-") and len(token) == 12
+            and all(c in b"0123456789abcdef" for c in token))
 
 
 def ms(seconds: float) -> int:
@@ -95,9 +105,17 @@ class Workspace:
                 or os.path.lexists(self.journal_path)):
             return True
         try:
-            return any(name.startswith(STAGING_PREFIX) for name in os.listdir(self.root_dir))
+            if any(name.startswith(STAGING_PREFIX) for name in os.listdir(self.root_dir)):
+                return True
+            return self.stages_in_workspace() and any(
+                is_workspace_staging(name) for name in os.listdir(self.root_b))
         except OSError:
             return False
+
+    def stages_in_workspace(self) -> bool:
+        """Whether a restore of this root stages in the workspace: the store is on another
+        file system (a staged file must be renamed into place)."""
+        return os.stat(self.root_dir).st_dev != os.stat(self.root_b).st_dev
 
     def gc_generation(self) -> int:
         try:

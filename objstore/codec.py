@@ -6,7 +6,10 @@ Stored object envelope (all integers little-endian):
 
 `length` is the size of the uncompressed content, so decompression is bounded before it starts.
 Trees are canonical msgpack: `[1, [[name, kind, ref, size], ...]]` with entries sorted by name and
-`ref` the object id (file, executable, tree), the link target (symlink) or nil (tombstone).
+`ref` the object id (file, executable, tree), the link target (symlink) or nil (tombstone); a
+file or executable whose permission bits are not its kind's default has a fifth field, the
+bits (`[name, kind, oid, size, mode]`), so a tree of default modes encodes as before modes were
+recorded, and a fifth field equal to the default is not canonical.
 Every library exception becomes `CorruptObject`. Nothing here does file IO or hashing policy.
 """
 
@@ -223,6 +226,7 @@ def encode_tree(tree: Tree) -> bytes:
     # The kind goes as the IntEnum itself: msgpack packs an int subclass as the int.
     symlink = EntryKind.SYMLINK
     rows = [(e.name, e.kind, e.target if e.kind is symlink else e.oid, e.size)
+            if e.mode is None else (e.name, e.kind, e.oid, e.size, e.mode)
             for e in tree.entries]
     return msgpack.packb((TREE_FORMAT, rows), use_bin_type=True)  # type: ignore[no-any-return]
 
@@ -247,19 +251,27 @@ def decode_tree(data: bytes, oid: ObjectId | None = None) -> Tree:
     entries = []
     try:
         for row in decoded[1]:
-            if type(row) is not tuple or len(row) != 4:
+            if type(row) is not tuple:
                 raise InvalidTree(oid, "malformed entry")
-            name, kind_code, ref, size = row
+            if len(row) == 4:
+                name, kind_code, ref, size = row
+                mode = None
+            elif len(row) == 5:  # validated with the entry: a blob's mode, never its default
+                name, kind_code, ref, size, mode = row
+                if mode is None:
+                    raise InvalidTree(oid, f"entry {name!r} has an invalid mode None")
+            else:
+                raise InvalidTree(oid, "malformed entry")
             kind = _KINDS.get(kind_code) if type(kind_code) is int else None
             if kind is None:
                 raise InvalidTree(oid, f"unknown entry kind {kind_code!r}")
             if kind is EntryKind.SYMLINK:
-                entries.append(TreeEntry(name, kind, None, ref, size))
+                entries.append(TreeEntry(name, kind, None, ref, size, mode))
             else:
                 if (ref is not None and type(ref) is bytes and kind is not EntryKind.TOMBSTONE
                         and len(ref) != OID_SIZE):
                     raise InvalidTree(oid, f"entry {name!r} has a bad object id")
-                entries.append(make_entry(name, kind, ref, None, size))
+                entries.append(make_entry(name, kind, ref, None, size, mode))
         tree = Tree(tuple(entries))
     except InvalidTree as exc:
         if exc.oid is None:

@@ -46,8 +46,7 @@ def plan_lines(plan: RestorePlan) -> list[str]:
         *(removal(r.path, r.kind.name == "TREE") for r in plan.pre_removals),
         *(f"{'mkdir':<6} {display_path(d)}" for d in plan.mkdirs),
         *(write(w.path, w.entry.kind.name, w.entry.target) for w in plan.writes),
-        *(f"{'chmod':<6} {'+x' if executable else '-x'} {display_path(path)}"
-          for path, executable in plan.chmods),
+        *(f"{'chmod':<6} {c.entry.perms:04o} {display_path(c.path)}" for c in plan.chmods),
         *(removal(r.path, r.kind.name == "TREE") for r in plan.removals),
     ]
 

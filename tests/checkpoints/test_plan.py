@@ -147,7 +147,7 @@ def test_whole_tree_plan_orders_type_swaps_before_writes_and_deletes_after(store
     assert [(w.path, w.entry.kind, w.replaces) for w in plan.writes] == [
         (b"was_dir", FILE, None), (b"was_file/now", FILE, None), (b"was_link", FILE, LINK),
     ]
-    assert plan.chmods == ((b"mode", True),)
+    assert [(c.path, c.executable) for c in plan.chmods] == [(b"mode", True)]
     assert plan.removals == (
         Removal(RelPath(b"extra/e1"), FILE), Removal(RelPath(b"extra/sub/e2"), FILE),
         Removal(RelPath(b"gone.txt"), FILE),
@@ -161,7 +161,8 @@ def test_exec_bit_change_alone_is_a_chmod_not_a_write(store: ObjectStore) -> Non
     target = build(store, {"run.sh": b"#!/bin/sh\n", "lib.py": ("x", b"pass\n")})
     plan = plan_restore(store.get_tree, current, target)
     assert plan.writes == ()
-    assert sorted(plan.chmods) == [(b"lib.py", True), (b"run.sh", False)]
+    assert sorted((c.path, c.executable) for c in plan.chmods) == [
+        (b"lib.py", True), (b"run.sh", False)]
 
 
 def test_symlink_target_change_is_a_write_of_the_link(store: ObjectStore) -> None:
@@ -352,6 +353,6 @@ def test_identical_entries_skipped_in_bulk_plan_exactly_as_one_by_one(
 
 def test_the_bulk_comparison_knows_every_field_of_an_entry() -> None:
     """`_Builder._count_identical` compares entries field by field (name, kind, oid, target,
-    size), not with their __eq__: a field added to TreeEntry must be added there too."""
+    size, mode), not with their __eq__: a field added to TreeEntry must be added there too."""
     assert [f.name for f in dataclasses.fields(TreeEntry)] == ["name", "kind", "oid", "target",
-                                                                "size"]
+                                                                "size", "mode"]

@@ -308,7 +308,7 @@ def test_restore_dry_run_lists_the_plan_and_changes_nothing(initialized: Path,
         "mkdir  sub\n"
         "write  a.txt\n"
         "write  sub/b.txt\n"
-        "chmod  +x run.sh\n"
+        "chmod  0755 run.sh\n"
         "delete new.txt\n"
         f"would restore {a}: 3 written, 1 deleted, 1 dirs created, 0 dirs removed, "
         "1 unchanged (11 B)\n")

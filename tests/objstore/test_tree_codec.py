@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from ckpt.objstore import CorruptObject, EntryKind, InvalidTree, Tree, TreeEntry, hash_bytes
 from ckpt.objstore.codec import decode_tree, encode_tree
+from ckpt.objstore.objects import entry_mode
 
 OID_A = hash_bytes(b"a")
 OID_B = hash_bytes(b"b")
@@ -41,7 +42,11 @@ def entries(draw: st.DrawFn) -> TreeEntry:
         return TreeEntry(name, kind, None, draw(targets), 0)
     if kind is EntryKind.TOMBSTONE:
         return TreeEntry(name, kind)
-    return TreeEntry(name, kind, draw(oids), None, draw(sizes))
+    mode = None
+    if kind.is_blob:  # any rwx bits whose owner x fits the kind, the default as None
+        bits = draw(st.integers(0, 0o777)) & ~0o100 | (0o100 if kind is EntryKind.EXECUTABLE else 0)
+        mode = entry_mode(kind, bits)
+    return TreeEntry(name, kind, draw(oids), None, draw(sizes), mode)
 
 
 trees = st.lists(entries(), unique_by=lambda entry: entry.name, max_size=16).map(Tree.build)
@@ -235,7 +240,16 @@ def test_decode_orders_names_by_bytes_not_by_text() -> None:
         [b"t", 5, OID_A, 0],  # tombstone carrying an id
         [b"t", 5, None, 3],  # tombstone carrying a size
         [b"f", 1, OID_A],  # three fields
-        [b"f", 1, OID_A, 1, 0],  # five fields
+        [b"f", 1, OID_A, 1, 0o644],  # a mode that is the kind's default
+        [b"x", 2, OID_A, 1, 0o755],  # a mode that is the kind's default
+        [b"f", 1, OID_A, 1, 0o700],  # an owner-executable mode on a file
+        [b"x", 2, OID_A, 1, 0o600],  # a mode without the owner's x on an executable
+        [b"f", 1, OID_A, 1, 0o4600],  # set-uid: never recorded
+        [b"f", 1, OID_A, 1, None],  # a nil mode
+        [b"f", 1, OID_A, 1, True],  # bool is not a mode
+        [b"d", 4, OID_A, 1, 0o700],  # a tree with a mode
+        [b"l", 3, b"t", 0, 0o600],  # a symlink with a mode
+        [b"f", 1, OID_A, 1, 0o600, 0],  # six fields
     ],
 )
 def test_decode_rejects_malformed_entries(row: list[object]) -> None:
