@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         CheckReport,
         FileEntry,
         PruneReport,
+        RestoreConflict,
         RestoreReport,
         StoreStats,
     )
@@ -75,8 +76,8 @@ _WHERE: dict[str, str] = {
     "RestorePlan": "plan",
     "RestoreOptions": "restoring",
     "check_platform": "platform",
-    **dict.fromkeys(("CheckReport", "FileEntry", "PruneReport", "RestoreReport", "StoreStats"),
-                    "reports"),
+    **dict.fromkeys(("CheckReport", "FileEntry", "PruneReport", "RestoreConflict",
+                     "RestoreReport", "StoreStats"), "reports"),
     **dict.fromkeys(("STORE_NAME", "Checkpoints", "preload"), "service"),
     "check_store": "store_setup",
 }
@@ -103,6 +104,7 @@ __all__ = [
     "PathNotInCheckpoint",
     "PruneReport",
     "RelPath",
+    "RestoreConflict",
     "RestoreIncomplete",
     "RestoreOptions",
     "RestorePlan",

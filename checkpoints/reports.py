@@ -5,9 +5,11 @@ Plain frozen data with their JSON shapes (docs/DESIGN.md "CLI contract"); nothin
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ckpt.checkpoints.model import SkippedPath
 from ckpt.checkpoints.paths import RelPath
 from ckpt.checkpoints.plan import RestorePlan
 from ckpt.objstore import EntryKind, ObjectId
@@ -26,7 +28,23 @@ class FileEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class RestoreConflict:
+    """A path a restore left as it was, and why (docs/DESIGN.md "Restore rules", 4)."""
+
+    path: RelPath
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": os.fsdecode(self.path), "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
 class RestoreReport:
+    """What a restore did (or, `dry_run`, would do). `conflicts`: the paths it left as they
+    were (a partial restore); `not_captured`: paths the scan before it did not capture (too
+    large, unreadable, ...), kept as they are; `later_tracked`: paths first tracked after a
+    tracked-scope target, restored to their earliest recorded state (docs/DESIGN.md)."""
+
     id: str
     written: int
     deleted: int
@@ -38,8 +56,10 @@ class RestoreReport:
     discarded: tuple[str, ...]
     dry_run: bool
     plan: RestorePlan
-    conflicts: tuple[tuple[RelPath, str], ...] = ()
+    conflicts: tuple[RestoreConflict, ...] = ()
     duration_ms: int = 0
+    not_captured: tuple[SkippedPath, ...] = ()
+    later_tracked: tuple[RelPath, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +67,10 @@ class RestoreReport:
             "dirs_created": self.dirs_created, "dirs_removed": self.dirs_removed,
             "unchanged": self.unchanged, "bytes_written": self.bytes_written,
             "pre_restore": self.pre_restore, "discarded": list(self.discarded),
+            "conflicts": [c.to_json() for c in self.conflicts],
+            "not_captured": [{"path": os.fsdecode(s.path), "reason": s.reason}
+                             for s in self.not_captured],
+            "later_tracked": [os.fsdecode(p) for p in self.later_tracked],
         }
 
 

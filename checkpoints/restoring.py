@@ -44,9 +44,9 @@ from ckpt.checkpoints.journal import (
     encode_intent,
     read_intent,
 )
-from ckpt.checkpoints.model import CheckpointRecord, Event
+from ckpt.checkpoints.model import CheckpointRecord, Event, SkippedPath
 from ckpt.checkpoints.paths import RelPath
-from ckpt.checkpoints.reports import RestoreReport
+from ckpt.checkpoints.reports import RestoreConflict, RestoreReport
 from ckpt.checkpoints.scan import ProgressFn
 from ckpt.checkpoints.statcache import StatCache, leaf_counts
 from ckpt.checkpoints.statcache_restore import record_restore
@@ -58,6 +58,7 @@ from ckpt.objstore.errors import ObjstoreError
 if TYPE_CHECKING:
     from ckpt.checkpoints.plan import RestorePlan
     from ckpt.checkpoints.restore import ApplyReport
+    from ckpt.checkpoints.tracked_revert import RevertScope
 
 logger = logging.getLogger("ckpt.checkpoints.restore")
 
@@ -106,26 +107,33 @@ class Restorer:
     def restore(self, locked: LockedRoot, target: CheckpointRecord, only: tuple[RelPath, ...] | None,
                 options: RestoreOptions, progress: ProgressFn | None, started: float) -> RestoreReport:
         ws = self._ws
-        covered = target.paths if target.scope == "paths" else None
+        # A tracked-scope target also covers the paths first tracked after it (their trees
+        # are made durable by the scan's sync, before the journal names them).
+        scope = self._revert_scope(target)
+        tree, paths, absent = ((scope.tree, scope.covered, scope.absent_parents) if scope
+                               else (target.tree, target.paths, target.absent_parents))
+        covered = paths if target.scope == "paths" else None
         pre: CheckpointRecord | None = None
         if options.save and not options.dry_run:
             pre, pre_event = ws.scan_record(
                 locked, covered, progress,
                 label=f"before restore to {target.id}", reason="pre-restore", turn_id=None,
                 message_id=None, tool_call_id=None, summary=None, metadata={})
-            current = pre.tree
+            current, skipped = pre.tree, pre.skipped
         else:
-            current = ws.scan(locked, covered, progress).tree
+            seen = ws.scan(locked, covered, progress)
+            current, skipped = seen.tree, seen.skipped
         intent = RestoreIntent(
-            checkpoint=target.id, tree=target.tree, scope=target.scope,
-            covered=target.paths, absent_parents=target.absent_parents,
+            checkpoint=target.id, tree=tree, scope=target.scope,
+            covered=paths, absent_parents=absent,
             keep=tuple(s.path for s in target.skipped), only=only,
             pre_restore=pre.id if pre else None, record_event=options.record_event,
             discard_later=options.discard_later, staging=self._staging_dir(),
         )
         plan = self._plan(locked, intent, current)
+        found = _found(intent, target, skipped)
         if options.dry_run:
-            return _dry_run_report(target, plan, started)
+            return _dry_run_report(target, plan, found, started)
         # Nothing to write needs no journal. The journal and the pre-restore save go in one
         # transaction (one fsync), before anything is staged or applied; the cap must not
         # evict the very checkpoint being restored to.
@@ -142,7 +150,17 @@ class Restorer:
             ws.catalog.journal_restore(ws.root_key, journal)
         if journal is not None:
             logger.debug("journal opened for %s (pre-restore %s)", target.id, intent.pre_restore)
-        return self._execute(locked, intent, target, plan, started, progress)
+        return self._execute(locked, intent, target, plan, found, started, progress)
+
+    def _revert_scope(self, target: CheckpointRecord) -> RevertScope | None:
+        """The paths first tracked after a tracked-scope `target` (tracked_revert.py)."""
+        if target.scope != "paths":
+            return None
+        from ckpt.checkpoints.tracked_revert import revert_scope  # noqa: PLC0415 (lazy: see the module)
+
+        objects = self._ws.objects
+        return revert_scope(objects.get_tree, objects.put_tree, target,
+                            self._ws.catalog.later_than(target))
 
     def _plan(self, locked: LockedRoot, intent: RestoreIntent, current: ObjectId) -> RestorePlan:
         """Plan from `current`, the state the scan just saw (and wrote to the stat cache); the
@@ -172,8 +190,8 @@ class Restorer:
         return ws.root_b + b"/.ckpt-staging-" + token.encode()
 
     def _execute(self, locked: LockedRoot, intent: RestoreIntent, target: CheckpointRecord,
-                 plan: RestorePlan, started: float, progress: ProgressFn | None, *,
-                 resuming: bool = False) -> RestoreReport:
+                 plan: RestorePlan, found: _Found, started: float, progress: ProgressFn | None,
+                 *, resuming: bool = False) -> RestoreReport:
         from ckpt.checkpoints.restore import ApplyReport, describe_conflicts  # noqa: PLC0415 (lazy: see the module)
 
         ws = self._ws
@@ -187,7 +205,7 @@ class Restorer:
             if later:
                 ws.drop(later, reason="discard-later")
             discarded = tuple(later)
-        report = _report(target, plan, applied, intent.pre_restore, discarded, started)
+        report = _report(target, plan, applied, intent.pre_restore, discarded, found, started)
         event = _restore_event(ws, report) if intent.record_event else None
         ws.catalog.end_restore(ws.root_key, event=event)
         logger.debug("journal closed, restore to %s done: %d written, %d deleted, %d conflicts, %d discarded",
@@ -322,13 +340,15 @@ class Restorer:
         except UnknownCheckpoint:
             target = None
         covered = intent.covered if intent.scope == "paths" else None
-        plan = self._plan(locked, intent, ws.scan(locked, covered, None).tree)
+        seen = ws.scan(locked, covered, None)
+        plan = self._plan(locked, intent, seen.tree)
         if target is None:  # pruned meanwhile: finish the tree, skip the bookkeeping
             self._apply_journaled(locked, intent, plan, None, resuming=True)
             ws.catalog.end_restore(ws.root_key)
             logger.debug("target %s was pruned: tree finished, journal closed", intent.checkpoint)
             return None
-        return self._execute(locked, intent, target, plan, time.monotonic(), None, resuming=True)
+        return self._execute(locked, intent, target, plan, _found(intent, target, seen.skipped),
+                             time.monotonic(), None, resuming=True)
 
 
 def _restore_event(ws: Workspace, report: RestoreReport) -> Event:
@@ -341,19 +361,46 @@ def _restore_event(ws: Workspace, report: RestoreReport) -> Event:
     })
 
 
-def _dry_run_report(target: CheckpointRecord, plan: RestorePlan, started: float) -> RestoreReport:
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """What a restore reports beside its counts, known before it applies anything."""
+
+    not_captured: tuple[SkippedPath, ...]  # by the scan before it: kept as they are
+    later_tracked: tuple[RelPath, ...]  # first tracked after a tracked-scope target
+
+
+def _found(intent: RestoreIntent, target: CheckpointRecord,
+           skipped: Sequence[SkippedPath]) -> _Found:
+    """The paths of the restore's selection (`intent.only`, if any) the scan did not capture,
+    and the covered paths the target itself does not (tracked_revert.py)."""
+
+    def selected(path: RelPath) -> bool:
+        return intent.only is None or any(
+            path == p or path.startswith(p + b"/") or p.startswith(path + b"/")
+            for p in intent.only)
+
+    own = set(target.paths)
+    later = (tuple(p for p in intent.covered if p not in own and selected(p))
+             if intent.scope == "paths" else ())
+    return _Found(tuple(s for s in skipped if selected(s.path)), later)
+
+
+def _dry_run_report(target: CheckpointRecord, plan: RestorePlan, found: _Found,
+                    started: float) -> RestoreReport:
     """What the plan would do, counted as a restore that applied it would report."""
     removals = plan.removals + plan.pre_removals
     dirs_removed = sum(1 for r in removals if r.kind is EntryKind.TREE)
     return RestoreReport(target.id, len(plan.writes) + len(plan.chmods),
                          len(removals) - dirs_removed, len(plan.mkdirs), dirs_removed,
                          plan.unchanged, plan.bytes_to_write, None, (), True, plan,
-                         duration_ms=ms(time.monotonic() - started))
+                         duration_ms=ms(time.monotonic() - started),
+                         not_captured=found.not_captured, later_tracked=found.later_tracked)
 
 
 def _report(target: CheckpointRecord, plan: RestorePlan, applied: ApplyReport, pre: str | None,
-            discarded: tuple[str, ...], started: float) -> RestoreReport:
+            discarded: tuple[str, ...], found: _Found, started: float) -> RestoreReport:
     return RestoreReport(target.id, applied.written + applied.chmods, applied.deleted,
                          applied.dirs_created, applied.dirs_removed, plan.unchanged,
                          applied.bytes_written, pre, discarded, False, plan,
-                         tuple(applied.conflicts), ms(time.monotonic() - started))
+                         tuple(RestoreConflict(path, why) for path, why in applied.conflicts),
+                         ms(time.monotonic() - started), found.not_captured, found.later_tracked)

@@ -2,7 +2,9 @@
 `recover` (finish a restore that was killed).
 
 A partial restore (`RestoreIncomplete`, exit 3) still prints its report: on stdout as JSON with
---json, else as the summary line, before the error line on stderr.
+--json, else as the summary line ("partially restored ...") and one `conflict:` line per path
+left as it was, before the error line on stderr. Paths the scan before the restore did not
+capture (kept as they are) are warnings on stderr, as `create` warns of them.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ckpt.cli.commands.snapshot import MAX_SKIPPED_SHOWN
 from ckpt.cli.context import State, complete_checkpoint_id, json_option, pass_state, user_path
 from ckpt.cli.render import display_path, format_size, write_json, write_lines
 
@@ -19,10 +22,15 @@ if TYPE_CHECKING:
 
 
 def summary_line(report: RestoreReport) -> str:
-    head = f"would restore {report.id}" if report.dry_run else f"restored {report.id}"
+    if report.dry_run:
+        head = f"would restore {report.id}"
+    else:
+        head = f"{'partially restored' if report.conflicts else 'restored'} {report.id}"
     line = (f"{head}: {report.written} written, {report.deleted} deleted, "
             f"{report.dirs_created} dirs created, {report.dirs_removed} dirs removed, "
             f"{report.unchanged} unchanged ({format_size(report.bytes_written)})")
+    if report.later_tracked:
+        line += f"; {len(report.later_tracked)} path(s) first tracked later included"
     if report.discarded:
         line += f"; {len(report.discarded)} later checkpoint(s) discarded"
     if report.pre_restore:
@@ -96,11 +104,28 @@ def restore(state: State, id: str, dry_run: bool, no_save: bool, no_event: bool,
     _print(report, as_json)
 
 
+def report_lines(report: RestoreReport) -> list[str]:
+    """The plain report: the summary line, then each path left as it was and why."""
+    return [summary_line(report),
+            *(f"conflict: {display_path(c.path)} ({c.reason})" for c in report.conflicts)]
+
+
+def warn_not_captured(report: RestoreReport) -> None:
+    """Paths the restore kept because the scan before it could not capture them (stderr)."""
+    for item in report.not_captured[:MAX_SKIPPED_SHOWN]:
+        click.echo(f"ckpt: warning: not captured, kept: {display_path(item.path)} "
+                   f"({item.reason})", err=True)
+    if len(report.not_captured) > MAX_SKIPPED_SHOWN:
+        click.echo(f"ckpt: warning: ... and {len(report.not_captured) - MAX_SKIPPED_SHOWN} "
+                   "more (--json lists them)", err=True)
+
+
 def _print(report: RestoreReport, as_json: bool) -> None:
+    warn_not_captured(report)
     if as_json:
         write_json(report.to_json())
     else:
-        write_lines([summary_line(report)])
+        write_lines(report_lines(report))
 
 
 @click.command(epilog="""\b
@@ -121,7 +146,7 @@ def recover(state: State, as_json: bool) -> None:
     elif report is None:
         write_lines(["nothing to recover"])
     else:
-        write_lines([summary_line(report)])
+        write_lines(report_lines(report))
 
 
 COMMANDS = [restore, recover]
