@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ckpt.checkpoints.paths import RelPath
     from ckpt.checkpoints.plan import RestorePlan
     from ckpt.checkpoints.reports import (
+        AbandonedRestore,
         CheckReport,
         FileEntry,
         PruneReport,
@@ -76,8 +77,8 @@ _WHERE: dict[str, str] = {
     "RestorePlan": "plan",
     "RestoreOptions": "restoring",
     "check_platform": "platform",
-    **dict.fromkeys(("CheckReport", "FileEntry", "PruneReport", "RestoreConflict",
-                     "RestoreReport", "StoreStats"), "reports"),
+    **dict.fromkeys(("AbandonedRestore", "CheckReport", "FileEntry", "PruneReport",
+                     "RestoreConflict", "RestoreReport", "StoreStats"), "reports"),
     **dict.fromkeys(("STORE_NAME", "Checkpoints", "preload"), "service"),
     "check_store": "store_setup",
 }
@@ -85,6 +86,7 @@ _WHERE: dict[str, str] = {
 __all__ = [
     "CONFIG_KEYS",
     "STORE_NAME",
+    "AbandonedRestore",
     "AmbiguousCheckpoint",
     "CatalogCorrupt",
     "Change",

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ckpt.checkpoints.diff import Change
 from ckpt.checkpoints.model import SkippedPath
 from ckpt.checkpoints.paths import RelPath
 from ckpt.checkpoints.plan import RestorePlan
@@ -72,6 +73,33 @@ class RestoreReport:
                              for s in self.not_captured],
             "later_tracked": [os.fsdecode(p) for p in self.later_tracked],
         }
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonedRestore:
+    """A killed restore whose journal `recover --abandon` cleared without completing it, and
+    what is lost: `applied` is what the restore had changed (the pre-restore save against the
+    workspace as found; None without one), `not_applied` what completing it would still have
+    changed (None when `problem` says why the store cannot tell). The workspace is left as it
+    is; restoring `pre_restore` undoes what was applied."""
+
+    checkpoint: str | None  # the target's id (None: the journal could not be read)
+    tree: ObjectId | None
+    pre_restore: str | None
+    problem: str | None  # why the restore could not be completed; None when it could have been
+    applied: tuple[Change, ...] | None
+    not_applied: tuple[Change, ...] | None
+
+    def to_json(self) -> dict[str, Any]:
+        def changes(found: tuple[Change, ...] | None) -> list[dict[str, str]] | None:
+            if found is None:
+                return None
+            return [{"path": os.fsdecode(c.path), "change": c.change} for c in found]
+
+        return {"checkpoint": self.checkpoint,
+                "tree": self.tree.hex() if self.tree is not None else None,
+                "pre_restore": self.pre_restore, "problem": self.problem,
+                "applied": changes(self.applied), "not_applied": changes(self.not_applied)}
 
 
 @dataclass(frozen=True, slots=True)

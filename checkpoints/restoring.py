@@ -52,11 +52,12 @@ from ckpt.checkpoints.statcache import StatCache, leaf_counts
 from ckpt.checkpoints.statcache_restore import record_restore
 from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace, ms
 from ckpt.checkpoints.writing import LockedRoot, naming
-from ckpt.objstore import EntryKind, ObjectId
-from ckpt.objstore.errors import ObjstoreError
+from ckpt.objstore import EntryKind, ObjectId, ObjectStore, oid_hex
+from ckpt.objstore.errors import CorruptObject, ObjectNotFound, ObjstoreError
 
 if TYPE_CHECKING:
     from ckpt.checkpoints.plan import RestorePlan
+    from ckpt.checkpoints.reports import AbandonedRestore
     from ckpt.checkpoints.restore import ApplyReport
     from ckpt.checkpoints.tracked_revert import RevertScope
 
@@ -279,16 +280,25 @@ class Restorer:
     # -- completing a killed restore -----------------------------------------------------
 
     def pending_intent(self) -> RestoreIntent | None:
-        """The journal of a killed restore of this root, its staging path checked: completing
-        deletes that directory, so a damaged or crafted journal must not name anything else
-        than what `_staging_dir` makes (CatalogCorrupt naming the journal)."""
+        """The journal of a killed restore of this root, checked as completing it needs: its
+        staging path (completing deletes that directory, so a damaged or crafted journal must
+        not name anything else than what `_staging_dir` makes) and its target tree in the
+        store (without it the restore can never complete, and every write call of the root
+        would fail on it). CatalogCorrupt naming the journal; `recover --abandon` clears it."""
+        intent, where = self.journaled()
+        if intent is not None:
+            check_journal_target(self._ws.objects, intent, where, self._ws.root_key)
+        return intent
+
+    def journaled(self) -> tuple[RestoreIntent | None, str]:
+        """This root's journal (staging path checked, as `pending_intent`) and where it is."""
         ws = self._ws
         data = ws.catalog.restore_journal(ws.root_key)
         where = ws.catalog.path if data is not None else ws.journal_path
         intent = (decode_intent(data, where, ws.root_key) if data is not None
                   else read_intent(where))
         if intent is None:
-            return None
+            return None, where
         parent, _, name = intent.staging.rpartition(b"/")
         token = name.rpartition(b"-")[2]
         ours = (parent == os.fsencode(ws.root_dir)
@@ -297,7 +307,7 @@ class Restorer:
         if not (ours and len(token) == 12 and all(c in b"0123456789abcdef" for c in token)):
             raise CatalogCorrupt(where, f"restore journal of {ws.root} names a staging "
                                  f"directory ckpt does not make: {os.fsdecode(intent.staging)}")
-        return intent
+        return intent, where
 
     def complete_interrupted(self, locked: LockedRoot) -> RestoreReport | None:
         """Finish a killed restore of this root, if any, its bookkeeping included: the call
@@ -309,6 +319,36 @@ class Restorer:
         logger.debug("completing the interrupted restore to %s", intent.checkpoint)
         report = self._resume(locked, intent)
         locked.run_now()
+        return report
+
+    def abandon(self, locked: LockedRoot) -> AbandonedRestore | None:
+        """Clear this root's journal without completing its restore, after saying what that
+        loses (abandoning.py); None when there is no journal. The workspace is left as it is
+        (only the restore's staging directory goes). A journal that cannot be read is cleared
+        too: nothing can be said of it but why."""
+        from ckpt.checkpoints.abandoning import describe_abandoned  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.checkpoints.reports import AbandonedRestore  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.checkpoints.restore import remove_staging  # noqa: PLC0415 (lazy: see the module)
+
+        ws = self._ws
+        try:
+            intent, _where = self.journaled()
+        except CatalogCorrupt as exc:
+            intent, report = None, AbandonedRestore(None, None, None, exc.reason, None, None)
+        else:
+            if intent is None:
+                self._remove_leftover_staging()
+                return None
+            covered = intent.covered if intent.scope == "paths" else None
+            current = ws.scan(locked, covered, None).tree
+            report = describe_abandoned(ws, intent, current,
+                                        partial(self._plan, locked, intent, current))
+        ws.catalog.end_restore(ws.root_key)
+        clear_intent(ws.journal_path)
+        if intent is not None:
+            remove_staging(intent.staging)  # (in the workspace, for a store on another fs)
+        self._remove_leftover_staging()
+        logger.debug("journal of the restore to %s abandoned", report.checkpoint)
         return report
 
     def _remove_leftover_staging(self) -> None:
@@ -341,7 +381,11 @@ class Restorer:
             target = None
         covered = intent.covered if intent.scope == "paths" else None
         seen = ws.scan(locked, covered, None)
-        plan = self._plan(locked, intent, seen.tree)
+        try:
+            plan = self._plan(locked, intent, seen.tree)
+        except (ObjectNotFound, CorruptObject) as exc:  # the target's, never the fresh scan's
+            raise CatalogCorrupt(ws.catalog.path, _cannot_complete(
+                ws.root_key, intent.tree, f"which the store cannot give: {exc}")) from exc
         if target is None:  # pruned meanwhile: finish the tree, skip the bookkeeping
             self._apply_journaled(locked, intent, plan, None, resuming=True)
             ws.catalog.end_restore(ws.root_key)
@@ -349,6 +393,29 @@ class Restorer:
             return None
         return self._execute(locked, intent, target, plan, _found(intent, target, seen.skipped),
                              time.monotonic(), None, resuming=True)
+
+
+def read_journal(objects: ObjectStore, data: bytes, where: str, root: bytes) -> RestoreIntent:
+    """Decode the journal of `root` and check its target tree as `pending_intent` does (fsck
+    reads every root's journal through this)."""
+    intent = decode_intent(data, where, root)
+    check_journal_target(objects, intent, where, root)
+    return intent
+
+
+def check_journal_target(objects: ObjectStore, intent: RestoreIntent, where: str,
+                         root: bytes) -> None:
+    """CatalogCorrupt naming the journal at `where` when its target tree is not in the store
+    (fsck calls this for the journal of every root)."""
+    if not objects.has(intent.tree):
+        raise CatalogCorrupt(where, _cannot_complete(root, intent.tree,
+                                                     "which is not in the store"))
+
+
+def _cannot_complete(root: bytes, tree: ObjectId, why: str) -> str:
+    return (f"restore journal of {os.fsdecode(root)} names tree {oid_hex(tree)}, {why}: the "
+            "restore cannot be completed ('ckpt recover --abandon' clears the journal, "
+            "leaving the workspace as it is)")
 
 
 def _restore_event(ws: Workspace, report: RestoreReport) -> Event:

@@ -18,7 +18,7 @@ from ckpt.cli.context import State, complete_checkpoint_id, json_option, pass_st
 from ckpt.cli.render import display_path, format_size, write_json, write_lines
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints import RestorePlan, RestoreReport
+    from ckpt.checkpoints import AbandonedRestore, RestorePlan, RestoreReport
 
 
 def summary_line(report: RestoreReport) -> str:
@@ -131,14 +131,26 @@ def _print(report: RestoreReport, as_json: bool) -> None:
 @click.command(epilog="""\b
 Examples:
   ckpt recover          # after a crash or kill -9 during 'ckpt restore'
+  ckpt recover --abandon   # a restore that cannot complete (its checkpoint's tree is gone)
 """)
+@click.option("--abandon", is_flag=True,
+              help="Clear the interrupted restore's journal without finishing it, after "
+                   "saying what it had and had not done; the files stay as they are.")
 @json_option
 @pass_state
-def recover(state: State, as_json: bool) -> None:
+def recover(state: State, abandon: bool, as_json: bool) -> None:
     """Finish a restore that was interrupted (the next create, restore or diff would too).
 
-    JSON: {"recovered": bool, "restore": <restore report> | null}.
+    JSON: {"recovered": bool, "restore": <restore report> | null}; with --abandon
+    {"abandoned": <abandoned restore> | null}.
     """
+    if abandon:
+        abandoned = state.open().abandon_restore()
+        if as_json:
+            write_json({"abandoned": abandoned.to_json() if abandoned is not None else None})
+        else:
+            write_lines(abandon_lines(abandoned))
+        return
     report = state.open().recover()
     if as_json:
         write_json({"recovered": report is not None,
@@ -147,6 +159,30 @@ def recover(state: State, as_json: bool) -> None:
         write_lines(["nothing to recover"])
     else:
         write_lines(report_lines(report))
+
+
+def abandon_lines(abandoned: AbandonedRestore | None) -> list[str]:
+    """What `recover --abandon` cleared and what that lost, one fact a line."""
+    if abandoned is None:
+        return ["nothing to recover"]
+    if abandoned.checkpoint is None:
+        return [f"abandoned an unreadable restore journal ({abandoned.problem}); "
+                "what it had done is unknown; the files are left as they are"]
+    why = f" ({abandoned.problem})" if abandoned.problem else ""
+    lines = [f"abandoned the restore to {abandoned.checkpoint}{why}; the files are left as "
+             "they are"]
+    if abandoned.applied is None:
+        lines.append("done: unknown (no pre-restore checkpoint to compare with)")
+    else:
+        lines.append(f"done: {len(abandoned.applied)} change(s) since {abandoned.pre_restore}"
+                     f" (undo: ckpt restore {abandoned.pre_restore})")
+        lines += [f"  {c.change} {display_path(c.path)}" for c in abandoned.applied]
+    if abandoned.not_applied is None:
+        lines.append("not done: unknown (the checkpoint's tree cannot be read)")
+    else:
+        lines.append(f"not done: {len(abandoned.not_applied)} change(s)")
+        lines += [f"  {c.change} {display_path(c.path)}" for c in abandoned.not_applied]
+    return lines
 
 
 COMMANDS = [restore, recover]
