@@ -406,7 +406,7 @@ def read_journal(objects: ObjectStore, data: bytes, where: str, root: bytes) -> 
 def check_journal_target(objects: ObjectStore, intent: RestoreIntent, where: str,
                          root: bytes) -> None:
     """CatalogCorrupt naming the journal at `where` when its target tree is not in the store
-    (fsck calls this for the journal of every root)."""
+    (`pending_intent` and `read_journal` check this)."""
     if not objects.has(intent.tree):
         raise CatalogCorrupt(where, _cannot_complete(root, intent.tree,
                                                      "which is not in the store"))
