@@ -1,5 +1,5 @@
 """Going back: `restore` (with --dry-run, --no-save, --no-event, --discard-later, --path) and
-`recover` (finish a restore that was killed).
+`recover` (finish a restore that was killed, or with --abandon clear its journal).
 
 A partial restore (`RestoreIncomplete`, exit 3) still prints its report: on stdout as JSON with
 --json, else as the summary line ("partially restored ...") and one `conflict:` line per path
@@ -74,7 +74,8 @@ Examples:
 @click.option("--discard-later", is_flag=True,
               help="Drop the session's checkpoints newer than ID (no redo).")
 @click.option("--path", "paths", metavar="P", multiple=True, type=click.Path(path_type=str),
-              help="Restore only P (repeatable; relative to the current directory).")
+              help="Restore only P (repeatable; relative to the current directory): what "
+                   "the checkpoint lacks at or below P is deleted.")
 @json_option
 @pass_state
 def restore(state: State, id: str, dry_run: bool, no_save: bool, no_event: bool,  # noqa: A002
