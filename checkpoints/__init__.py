@@ -52,11 +52,13 @@ if TYPE_CHECKING:
     from ckpt.checkpoints.paths import RelPath
     from ckpt.checkpoints.plan import RestorePlan
     from ckpt.checkpoints.reports import (
+        AbandonedRestore,
         CheckReport,
         FileEntry,
         GcReport,
         HeldBack,
         PruneReport,
+        RestoreConflict,
         RestoreReport,
         StoreStats,
     )
@@ -88,8 +90,8 @@ _WHERE: dict[str, str] = {
     "RestoreOptions": "restoring",
     "make_room": "reserve",
     "check_platform": "platform",
-    **dict.fromkeys(("CheckReport", "FileEntry", "GcReport", "HeldBack", "PruneReport",
-                     "RestoreReport", "StoreStats"),
+    **dict.fromkeys(("AbandonedRestore", "CheckReport", "FileEntry", "GcReport", "HeldBack",
+                     "PruneReport", "RestoreConflict", "RestoreReport", "StoreStats"),
                     "reports"),
     **dict.fromkeys(("STORE_NAME", "Checkpoints", "preload"), "service"),
     "check_store": "store_setup",
@@ -98,6 +100,7 @@ _WHERE: dict[str, str] = {
 __all__ = [
     "CONFIG_KEYS",
     "STORE_NAME",
+    "AbandonedRestore",
     "AmbiguousCheckpoint",
     "CatalogCorrupt",
     "Change",
@@ -121,6 +124,7 @@ __all__ = [
     "PruneIncomplete",
     "PruneReport",
     "RelPath",
+    "RestoreConflict",
     "RestoreIncomplete",
     "RestoreOptions",
     "RestorePlan",

@@ -22,6 +22,7 @@ from ckpt.checkpoints.errors import CatalogCorrupt, PruneIncomplete
 from ckpt.checkpoints.journal import RestoreIntent, decode_intent, read_intent
 from ckpt.checkpoints.lock import RootLock
 from ckpt.checkpoints.model import Event
+from ckpt.checkpoints.restoring import read_journal
 from ckpt.checkpoints.retention import select_prunable
 from ckpt.checkpoints.statcache import check_stat_cache
 from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace
@@ -200,8 +201,7 @@ class Maintenance:
         ws = self._ws
         found: list[Finding] = []
         caches: list[Finding] = []
-        row_hint = "delete its row from the catalog's restores table to abandon the restore"
-        file_hint = "delete it to abandon the interrupted restore"
+        row_hint = file_hint = "'ckpt recover --abandon' on that root abandons the restore"
 
         def check(where: str, hint: str, read: Callable[[], object]) -> None:
             try:
@@ -219,7 +219,7 @@ class Maintenance:
         for root, data in rows.items():
             if root != ws.root_key:
                 check(ws.catalog.path, row_hint,
-                      partial(decode_intent, data, ws.catalog.path, root))
+                      partial(read_journal, ws.objects, data, ws.catalog.path, root))
         for root_dir in sorted(glob.glob(os.path.join(glob.escape(ws.store_dir), "roots", "*"))):
             journal = os.path.join(root_dir, "journal")
             if root_dir != ws.root_dir:

@@ -8,7 +8,10 @@ this module alone. Rules (docs/DESIGN.md "Restore rules"):
 - tracked scope acts only on covered paths: their ancestors in the manifest are "partial"
   (descended into, siblings left alone); a tombstone deletes, and the ancestors that did not
   exist at checkpoint time are removed if they end up empty;
-- `only` restricts the plan to some paths (and what lies under them);
+- `only` restricts the plan to some paths (and what lies under them). In whole-tree scope a
+  requested path is the whole truth below it: what the target lacks there did not exist at
+  checkpoint time and is removed (a file created since inside a directory that existed then,
+  and the directories created since only for it, if they end up empty);
 - a target naming a reserved path (the store, when it lies inside the root) or a `.git`
   entry at any depth (snapshots never hold one) is corrupt: restore never writes into a repo.
 An equal subtree is never compared; its leaves are counted through `count_leaves`, which the
@@ -83,6 +86,7 @@ class _Builder:
     covered: frozenset[RelPath]
     count_leaves: LeafCounter
     reserved: frozenset[RelPath]
+    tree_scope: bool
     pre_removals: list[Removal] = field(default_factory=list)
     mkdirs: list[RelPath] = field(default_factory=list)
     writes: list[FileWrite] = field(default_factory=list)
@@ -98,7 +102,9 @@ class _Builder:
             return parent_mode
         for wanted in self.only:
             if path == wanted or path.startswith(wanted + b"/"):
-                return parent_mode
+                # Whole-tree scope: the target names everything at a requested path. Tracked
+                # scope: only what the checkpoint covers, as without `only`.
+                return "full" if self.tree_scope else parent_mode
         for wanted in self.only:
             if wanted.startswith(path + b"/"):
                 return "partial"
@@ -123,7 +129,10 @@ class _Builder:
             return
         old_entries = {e.name: e for e in self.load(old).entries} if old is not None else {}
         new_entries = {e.name: e for e in self.load(new).entries} if new is not None else {}
-        names = old_entries.keys() | new_entries.keys() if mode == "full" else new_entries.keys()
+        # A partial directory is acted on only where the target names something, except on
+        # the way to requested paths: one the target lacks is looked for in the current state.
+        names = (old_entries.keys() | new_entries.keys() if mode == "full" or self.only is not None
+                 else new_entries.keys())
         if mode == "full" and old_entries and new_entries and self.only is None and not self.keep:
             names = names - self._count_identical(old_entries, new_entries, prefix)
         for name in sorted(names):
@@ -177,6 +186,11 @@ class _Builder:
         if new is None:
             if mode == "full" and old is not None:
                 self.remove(old, path, self.removals)
+            elif old is not None and old.kind is EntryKind.TREE and self.tree_scope:
+                # On the way to a requested path the target lacks (mode_for gave "partial"):
+                # the directory did not exist at checkpoint time; it goes if it ends up empty.
+                self.compare_dirs(old.oid, None, path, "partial")
+                self.dir_removals.append(Removal(path, EntryKind.TREE))
             return
         if new.kind is EntryKind.TOMBSTONE:
             if old is not None:
@@ -290,7 +304,7 @@ def plan_restore(
     """
     builder = _Builder(
         load, frozenset(keep), tuple(only) if only is not None else None, frozenset(covered),
-        count_leaves or (lambda oid: None), frozenset(reserved),
+        count_leaves or (lambda oid: None), frozenset(reserved), scope == "tree",
     )
     builder.compare_dirs(current, target, None, "full" if scope == "tree" else "partial")
     dir_removals = builder.dir_removals + [

@@ -45,9 +45,9 @@ from ckpt.checkpoints.journal import (
     encode_intent,
     read_intent,
 )
-from ckpt.checkpoints.model import CheckpointRecord, Event
+from ckpt.checkpoints.model import CheckpointRecord, Event, SkippedPath
 from ckpt.checkpoints.paths import RelPath
-from ckpt.checkpoints.reports import RestoreReport
+from ckpt.checkpoints.reports import RestoreConflict, RestoreReport
 from ckpt.checkpoints.scan import ProgressFn
 from ckpt.checkpoints.statcache import StatCache, leaf_counts
 from ckpt.checkpoints.statcache_restore import record_restore
@@ -60,12 +60,14 @@ from ckpt.checkpoints.workspace import (
     ms,
 )
 from ckpt.checkpoints.writing import LockedRoot, naming
-from ckpt.objstore import EntryKind, ObjectId
-from ckpt.objstore.errors import ObjstoreError
+from ckpt.objstore import EntryKind, ObjectId, ObjectStore, oid_hex
+from ckpt.objstore.errors import CorruptObject, ObjectNotFound, ObjstoreError
 
 if TYPE_CHECKING:
     from ckpt.checkpoints.plan import RestorePlan
+    from ckpt.checkpoints.reports import AbandonedRestore
     from ckpt.checkpoints.restore import ApplyReport
+    from ckpt.checkpoints.tracked_revert import RevertScope
 
 logger = logging.getLogger("ckpt.checkpoints.restore")
 
@@ -117,26 +119,33 @@ class Restorer:
     def restore(self, locked: LockedRoot, target: CheckpointRecord, only: tuple[RelPath, ...] | None,
                 options: RestoreOptions, progress: ProgressFn | None, started: float) -> RestoreReport:
         ws = self._ws
-        covered = target.paths if target.scope == "paths" else None
+        # A tracked-scope target also covers the paths first tracked after it (their trees
+        # are made durable by the scan's sync, before the journal names them).
+        scope = self._revert_scope(target)
+        tree, paths, absent = ((scope.tree, scope.covered, scope.absent_parents) if scope
+                               else (target.tree, target.paths, target.absent_parents))
+        covered = paths if target.scope == "paths" else None
         pre: CheckpointRecord | None = None
         if options.save and not options.dry_run:
             pre, pre_event = ws.scan_record(
                 locked, covered, progress,
                 label=f"before restore to {target.id}", reason="pre-restore", turn_id=None,
                 message_id=None, tool_call_id=None, summary=None, metadata={})
-            current = pre.tree
+            current, skipped = pre.tree, pre.skipped
         else:
-            current = ws.scan(locked, covered, progress).tree
+            seen = ws.scan(locked, covered, progress)
+            current, skipped = seen.tree, seen.skipped
         intent = RestoreIntent(
-            checkpoint=target.id, tree=target.tree, scope=target.scope,
-            covered=target.paths, absent_parents=target.absent_parents,
+            checkpoint=target.id, tree=tree, scope=target.scope,
+            covered=paths, absent_parents=absent,
             keep=tuple(s.path for s in target.skipped), only=only,
             pre_restore=pre.id if pre else None, record_event=options.record_event,
             discard_later=options.discard_later, staging=self._staging_dir(),
         )
         plan = self._plan(locked, intent, current)
+        found = _found(intent, target, skipped)
         if options.dry_run:
-            return _dry_run_report(target, plan, started)
+            return _dry_run_report(target, plan, found, started)
         # Nothing to write needs no journal. The journal and the pre-restore save go in one
         # transaction (one fsync), before anything is staged or applied; the cap must not
         # evict the very checkpoint being restored to.
@@ -153,7 +162,17 @@ class Restorer:
             ws.catalog.journal_restore(ws.root_key, journal)
         if journal is not None:
             logger.debug("journal opened for %s (pre-restore %s)", target.id, intent.pre_restore)
-        return self._execute(locked, intent, target, plan, started, progress)
+        return self._execute(locked, intent, target, plan, found, started, progress)
+
+    def _revert_scope(self, target: CheckpointRecord) -> RevertScope | None:
+        """The paths first tracked after a tracked-scope `target` (tracked_revert.py)."""
+        if target.scope != "paths":
+            return None
+        from ckpt.checkpoints.tracked_revert import revert_scope  # noqa: PLC0415 (lazy: see the module)
+
+        objects = self._ws.objects
+        return revert_scope(objects.get_tree, objects.put_tree, target,
+                            self._ws.catalog.later_than(target))
 
     def _plan(self, locked: LockedRoot, intent: RestoreIntent, current: ObjectId) -> RestorePlan:
         """Plan from `current`, the state the scan just saw (and wrote to the stat cache); the
@@ -184,8 +203,8 @@ class Restorer:
         return ws.root_b + b"/" + os.fsencode(WORKSPACE_STAGING_PREFIX + token)
 
     def _execute(self, locked: LockedRoot, intent: RestoreIntent, target: CheckpointRecord,
-                 plan: RestorePlan, started: float, progress: ProgressFn | None, *,
-                 resuming: bool = False) -> RestoreReport:
+                 plan: RestorePlan, found: _Found, started: float, progress: ProgressFn | None,
+                 *, resuming: bool = False) -> RestoreReport:
         from ckpt.checkpoints.restore import ApplyReport, describe_conflicts  # noqa: PLC0415 (lazy: see the module)
 
         ws = self._ws
@@ -200,7 +219,7 @@ class Restorer:
             if later:
                 ws.drop(later, reason="discard-later")
             discarded = tuple(later)
-        report = _report(target, plan, applied, intent.pre_restore, discarded, started)
+        report = _report(target, plan, applied, intent.pre_restore, discarded, found, started)
         event = _restore_event(ws, report) if intent.record_event else None
         ws.catalog.end_restore(ws.root_key, event=event)
         logger.debug("journal closed, restore to %s done: %d written, %d deleted, %d conflicts, %d discarded",
@@ -274,16 +293,25 @@ class Restorer:
     # -- completing a killed restore -----------------------------------------------------
 
     def pending_intent(self) -> RestoreIntent | None:
-        """The journal of a killed restore of this root, its staging path checked: completing
-        deletes that directory, so a damaged or crafted journal must not name anything else
-        than what `_staging_dir` makes (CatalogCorrupt naming the journal)."""
+        """The journal of a killed restore of this root, checked as completing it needs: its
+        staging path (completing deletes that directory, so a damaged or crafted journal must
+        not name anything else than what `_staging_dir` makes) and its target tree in the
+        store (without it the restore can never complete, and every write call of the root
+        would fail on it). CatalogCorrupt naming the journal; `recover --abandon` clears it."""
+        intent, where = self.journaled()
+        if intent is not None:
+            check_journal_target(self._ws.objects, intent, where, self._ws.root_key)
+        return intent
+
+    def journaled(self) -> tuple[RestoreIntent | None, str]:
+        """This root's journal (staging path checked, as `pending_intent`) and where it is."""
         ws = self._ws
         data = ws.catalog.restore_journal(ws.root_key)
         where = ws.catalog.path if data is not None else ws.journal_path
         intent = (decode_intent(data, where, ws.root_key) if data is not None
                   else read_intent(where))
         if intent is None:
-            return None
+            return None, where
         parent, _, name = intent.staging.rpartition(b"/")
         token = name.rpartition(b"-")[2]
         ours = (parent == os.fsencode(ws.root_dir)
@@ -292,7 +320,7 @@ class Restorer:
         if not (ours and len(token) == 12 and all(c in b"0123456789abcdef" for c in token)):
             raise CatalogCorrupt(where, f"restore journal of {ws.root} names a staging "
                                  f"directory ckpt does not make: {os.fsdecode(intent.staging)}")
-        return intent
+        return intent, where
 
     def complete_interrupted(self, locked: LockedRoot) -> RestoreReport | None:
         """Finish a killed restore of this root, if any, its bookkeeping included: the call
@@ -304,6 +332,36 @@ class Restorer:
         logger.debug("completing the interrupted restore to %s", intent.checkpoint)
         report = self._resume(locked, intent)
         locked.run_now()
+        return report
+
+    def abandon(self, locked: LockedRoot) -> AbandonedRestore | None:
+        """Clear this root's journal without completing its restore, after saying what that
+        loses (abandoning.py); None when there is no journal. The workspace is left as it is
+        (only the restore's staging directory goes). A journal that cannot be read is cleared
+        too: nothing can be said of it but why."""
+        from ckpt.checkpoints.abandoning import describe_abandoned  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.checkpoints.reports import AbandonedRestore  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.checkpoints.restore import remove_staging  # noqa: PLC0415 (lazy: see the module)
+
+        ws = self._ws
+        try:
+            intent, _where = self.journaled()
+        except CatalogCorrupt as exc:
+            intent, report = None, AbandonedRestore(None, None, None, exc.reason, None, None)
+        else:
+            if intent is None:
+                self._remove_leftover_staging()
+                return None
+            covered = intent.covered if intent.scope == "paths" else None
+            current = ws.scan(locked, covered, None).tree
+            report = describe_abandoned(ws, intent, current,
+                                        partial(self._plan, locked, intent, current))
+        ws.catalog.end_restore(ws.root_key)
+        clear_intent(ws.journal_path)
+        if intent is not None:
+            remove_staging(intent.staging)  # (in the workspace, for a store on another fs)
+        self._remove_leftover_staging()
+        logger.debug("journal of the restore to %s abandoned", report.checkpoint)
         return report
 
     def _remove_leftover_staging(self) -> None:
@@ -345,13 +403,42 @@ class Restorer:
         except UnknownCheckpoint:
             target = None
         covered = intent.covered if intent.scope == "paths" else None
-        plan = self._plan(locked, intent, ws.scan(locked, covered, None).tree)
+        seen = ws.scan(locked, covered, None)
+        try:
+            plan = self._plan(locked, intent, seen.tree)
+        except (ObjectNotFound, CorruptObject) as exc:  # the target's, never the fresh scan's
+            raise CatalogCorrupt(ws.catalog.path, _cannot_complete(
+                ws.root_key, intent.tree, f"which the store cannot give: {exc}")) from exc
         if target is None:  # pruned meanwhile: finish the tree, skip the bookkeeping
             self._apply_journaled(locked, intent, plan, None, resuming=True)
             ws.catalog.end_restore(ws.root_key)
             logger.debug("target %s was pruned: tree finished, journal closed", intent.checkpoint)
             return None
-        return self._execute(locked, intent, target, plan, time.monotonic(), None, resuming=True)
+        return self._execute(locked, intent, target, plan, _found(intent, target, seen.skipped),
+                             time.monotonic(), None, resuming=True)
+
+
+def read_journal(objects: ObjectStore, data: bytes, where: str, root: bytes) -> RestoreIntent:
+    """Decode the journal of `root` and check its target tree as `pending_intent` does (fsck
+    reads every root's journal through this)."""
+    intent = decode_intent(data, where, root)
+    check_journal_target(objects, intent, where, root)
+    return intent
+
+
+def check_journal_target(objects: ObjectStore, intent: RestoreIntent, where: str,
+                         root: bytes) -> None:
+    """CatalogCorrupt naming the journal at `where` when its target tree is not in the store
+    (`pending_intent` and `read_journal` check this)."""
+    if not objects.has(intent.tree):
+        raise CatalogCorrupt(where, _cannot_complete(root, intent.tree,
+                                                     "which is not in the store"))
+
+
+def _cannot_complete(root: bytes, tree: ObjectId, why: str) -> str:
+    return (f"restore journal of {os.fsdecode(root)} names tree {oid_hex(tree)}, {why}: the "
+            "restore cannot be completed ('ckpt recover --abandon' clears the journal, "
+            "leaving the workspace as it is)")
 
 
 def _restore_event(ws: Workspace, report: RestoreReport) -> Event:
@@ -364,19 +451,46 @@ def _restore_event(ws: Workspace, report: RestoreReport) -> Event:
     })
 
 
-def _dry_run_report(target: CheckpointRecord, plan: RestorePlan, started: float) -> RestoreReport:
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """What a restore reports beside its counts, known before it applies anything."""
+
+    not_captured: tuple[SkippedPath, ...]  # by the scan before it: kept as they are
+    later_tracked: tuple[RelPath, ...]  # first tracked after a tracked-scope target
+
+
+def _found(intent: RestoreIntent, target: CheckpointRecord,
+           skipped: Sequence[SkippedPath]) -> _Found:
+    """The paths of the restore's selection (`intent.only`, if any) the scan did not capture,
+    and the covered paths the target itself does not (tracked_revert.py)."""
+
+    def selected(path: RelPath) -> bool:
+        return intent.only is None or any(
+            path == p or path.startswith(p + b"/") or p.startswith(path + b"/")
+            for p in intent.only)
+
+    own = set(target.paths)
+    later = (tuple(p for p in intent.covered if p not in own and selected(p))
+             if intent.scope == "paths" else ())
+    return _Found(tuple(s for s in skipped if selected(s.path)), later)
+
+
+def _dry_run_report(target: CheckpointRecord, plan: RestorePlan, found: _Found,
+                    started: float) -> RestoreReport:
     """What the plan would do, counted as a restore that applied it would report."""
     removals = plan.removals + plan.pre_removals
     dirs_removed = sum(1 for r in removals if r.kind is EntryKind.TREE)
     return RestoreReport(target.id, len(plan.writes) + len(plan.chmods),
                          len(removals) - dirs_removed, len(plan.mkdirs), dirs_removed,
                          plan.unchanged, plan.bytes_to_write, None, (), True, plan,
-                         duration_ms=ms(time.monotonic() - started))
+                         duration_ms=ms(time.monotonic() - started),
+                         not_captured=found.not_captured, later_tracked=found.later_tracked)
 
 
 def _report(target: CheckpointRecord, plan: RestorePlan, applied: ApplyReport, pre: str | None,
-            discarded: tuple[str, ...], started: float) -> RestoreReport:
+            discarded: tuple[str, ...], found: _Found, started: float) -> RestoreReport:
     return RestoreReport(target.id, applied.written + applied.chmods, applied.deleted,
                          applied.dirs_created, applied.dirs_removed, plan.unchanged,
                          applied.bytes_written, pre, discarded, False, plan,
-                         tuple(applied.conflicts), ms(time.monotonic() - started))
+                         tuple(RestoreConflict(path, why) for path, why in applied.conflicts),
+                         ms(time.monotonic() - started), found.not_captured, found.later_tracked)

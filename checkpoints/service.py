@@ -54,6 +54,7 @@ from ckpt.objstore.errors import StoreNotFound
 if TYPE_CHECKING:
     from ckpt.checkpoints.maintenance import Maintenance
     from ckpt.checkpoints.reports import (
+        AbandonedRestore,
         CheckReport,
         FileEntry,
         GcReport,
@@ -332,6 +333,18 @@ class Checkpoints:
         locked = self._ws.lock_root("recover")
         with locked:
             report = self._restorer.complete_interrupted(locked)
+        self._last_write = locked
+        return report
+
+    def abandon_restore(self) -> AbandonedRestore | None:
+        """Clear the journal of a killed restore of this root without completing it (`ckpt
+        recover --abandon`): for one that can never complete, such as one whose target tree
+        is gone from the store. Says what that loses; leaves the workspace as it is. None
+        when there was no journal."""
+        self.settle()
+        locked = self._ws.lock_root("recover")
+        with locked:
+            report = self._restorer.abandon(locked)
         self._last_write = locked
         return report
 

@@ -1,8 +1,10 @@
 """Going back: `restore` (with --dry-run, --no-save, --no-event, --discard-later, --path) and
-`recover` (finish a restore that was killed).
+`recover` (finish a restore that was killed, or with --abandon clear its journal).
 
 A partial restore (`RestoreIncomplete`, exit 3) still prints its report: on stdout as JSON with
---json, else as the summary line, before the error line on stderr.
+--json, else as the summary line ("partially restored ...") and one `conflict:` line per path
+left as it was, before the error line on stderr. Paths the scan before the restore did not
+capture (kept as they are) are warnings on stderr, as `create` warns of them.
 """
 
 from __future__ import annotations
@@ -12,18 +14,24 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ckpt.cli.commands.snapshot import MAX_SKIPPED_SHOWN
 from ckpt.cli.context import State, complete_checkpoint_id, json_option, pass_state, user_path
 from ckpt.cli.render import display_path, format_size, write_json, write_lines
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints import RestorePlan, RestoreReport
+    from ckpt.checkpoints import AbandonedRestore, RestorePlan, RestoreReport
 
 
 def summary_line(report: RestoreReport) -> str:
-    head = f"would restore {report.id}" if report.dry_run else f"restored {report.id}"
+    if report.dry_run:
+        head = f"would restore {report.id}"
+    else:
+        head = f"{'partially restored' if report.conflicts else 'restored'} {report.id}"
     line = (f"{head}: {report.written} written, {report.deleted} deleted, "
             f"{report.dirs_created} dirs created, {report.dirs_removed} dirs removed, "
             f"{report.unchanged} unchanged ({format_size(report.bytes_written)})")
+    if report.later_tracked:
+        line += f"; {len(report.later_tracked)} path(s) first tracked later included"
     if report.discarded:
         line += f"; {len(report.discarded)} later checkpoint(s) discarded"
     if report.pre_restore:
@@ -66,7 +74,8 @@ Examples:
 @click.option("--discard-later", is_flag=True,
               help="Drop the session's checkpoints newer than ID (no redo).")
 @click.option("--path", "paths", metavar="P", multiple=True, type=click.Path(path_type=str),
-              help="Restore only P (repeatable; relative to the current directory).")
+              help="Restore only P (repeatable; relative to the current directory): what "
+                   "the checkpoint lacks at or below P is deleted.")
 @click.option("--from-other-root", is_flag=True,
               help="Allow ID to be a checkpoint of another workspace root (refused otherwise).")
 @json_option
@@ -100,24 +109,53 @@ def restore(state: State, id: str, dry_run: bool, no_save: bool, no_event: bool,
     _print(report, as_json)
 
 
+def report_lines(report: RestoreReport) -> list[str]:
+    """The plain report: the summary line, then each path left as it was and why."""
+    return [summary_line(report),
+            *(f"conflict: {display_path(c.path)} ({c.reason})" for c in report.conflicts)]
+
+
+def warn_not_captured(report: RestoreReport) -> None:
+    """Paths the restore kept because the scan before it could not capture them (stderr)."""
+    for item in report.not_captured[:MAX_SKIPPED_SHOWN]:
+        click.echo(f"ckpt: warning: not captured, kept: {display_path(item.path)} "
+                   f"({item.reason})", err=True)
+    if len(report.not_captured) > MAX_SKIPPED_SHOWN:
+        click.echo(f"ckpt: warning: ... and {len(report.not_captured) - MAX_SKIPPED_SHOWN} "
+                   "more (--json lists them)", err=True)
+
+
 def _print(report: RestoreReport, as_json: bool) -> None:
+    warn_not_captured(report)
     if as_json:
         write_json(report.to_json())
     else:
-        write_lines([summary_line(report)])
+        write_lines(report_lines(report))
 
 
 @click.command(epilog="""\b
 Examples:
   ckpt recover          # after a crash or kill -9 during 'ckpt restore'
+  ckpt recover --abandon   # a restore that cannot complete (its checkpoint's tree is gone)
 """)
+@click.option("--abandon", is_flag=True,
+              help="Clear the interrupted restore's journal without finishing it, after "
+                   "saying what it had and had not done; the files stay as they are.")
 @json_option
 @pass_state
-def recover(state: State, as_json: bool) -> None:
+def recover(state: State, abandon: bool, as_json: bool) -> None:
     """Finish a restore that was interrupted (the next create, restore or diff would too).
 
-    JSON: {"recovered": bool, "restore": <restore report> | null}.
+    JSON: {"recovered": bool, "restore": <restore report> | null}; with --abandon
+    {"abandoned": <abandoned restore> | null}.
     """
+    if abandon:
+        abandoned = state.open().abandon_restore()
+        if as_json:
+            write_json({"abandoned": abandoned.to_json() if abandoned is not None else None})
+        else:
+            write_lines(abandon_lines(abandoned))
+        return
     report = state.open().recover()
     if as_json:
         write_json({"recovered": report is not None,
@@ -125,7 +163,31 @@ def recover(state: State, as_json: bool) -> None:
     elif report is None:
         write_lines(["nothing to recover"])
     else:
-        write_lines([summary_line(report)])
+        write_lines(report_lines(report))
+
+
+def abandon_lines(abandoned: AbandonedRestore | None) -> list[str]:
+    """What `recover --abandon` cleared and what that lost, one fact a line."""
+    if abandoned is None:
+        return ["nothing to recover"]
+    if abandoned.checkpoint is None:
+        return [f"abandoned an unreadable restore journal ({abandoned.problem}); "
+                "what it had done is unknown; the files are left as they are"]
+    why = f" ({abandoned.problem})" if abandoned.problem else ""
+    lines = [f"abandoned the restore to {abandoned.checkpoint}{why}; the files are left as "
+             "they are"]
+    if abandoned.applied is None:
+        lines.append("done: unknown (no pre-restore checkpoint to compare with)")
+    else:
+        lines.append(f"done: {len(abandoned.applied)} change(s) since {abandoned.pre_restore}"
+                     f" (undo: ckpt restore {abandoned.pre_restore})")
+        lines += [f"  {c.change} {display_path(c.path)}" for c in abandoned.applied]
+    if abandoned.not_applied is None:
+        lines.append("not done: unknown (the checkpoint's tree cannot be read)")
+    else:
+        lines.append(f"not done: {len(abandoned.not_applied)} change(s)")
+        lines += [f"  {c.change} {display_path(c.path)}" for c in abandoned.not_applied]
+    return lines
 
 
 COMMANDS = [restore, recover]

@@ -18,14 +18,17 @@ RECORD = {"id": str, "label": OPT_STR, "reason": OPT_STR, "turn_id": OPT_STR,
           "stats": dict}
 STATS = {"files": int, "bytes": int, "new_objects": int, "new_bytes": int, "skipped": int,
          "duration_ms": int}
-RESTORE = {"id": str, "written": int, "deleted": int, "dirs_created": int, "dirs_removed": int,
-           "unchanged": int, "bytes_written": int, "pre_restore": OPT_STR, "discarded": list}
+RESTORE_COUNTS = {"id": str, "written": int, "deleted": int, "dirs_created": int,
+                  "dirs_removed": int, "unchanged": int, "bytes_written": int,
+                  "pre_restore": OPT_STR, "discarded": list}
+RESTORE = {**RESTORE_COUNTS, "conflicts": list, "not_captured": list, "later_tracked": list}
+PATH_REASON = {"path": str, "reason": str}
 FILE_ENTRY = {"path": str, "kind": str, "size": int}
 EVENT_BASE = {"type": str, "at": str, "session": str}
 CREATE_EVENT = {**EVENT_BASE, "id": str, "label": OPT_STR, "reason": OPT_STR,
                 "turn_id": OPT_STR, "duration_ms": int, "files": int, "hashed": int,
                 "new_objects": int, "new_bytes": int, "skipped": list}
-RESTORE_EVENT = {**EVENT_BASE, **RESTORE, "duration_ms": int, "conflicts": int}
+RESTORE_EVENT = {**EVENT_BASE, **RESTORE_COUNTS, "duration_ms": int, "conflicts": int}
 
 
 def check(value: Any, schema: dict[str, Any]) -> None:
@@ -98,13 +101,47 @@ def test_diff_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
             assert change["change"] in "AMDT"
 
 
+def check_restore(report: Any) -> None:
+    check(report, RESTORE)
+    for item in report["conflicts"] + report["not_captured"]:
+        check(item, PATH_REASON)
+    assert all(isinstance(p, str) for p in report["later_tracked"])
+
+
 def test_restore_and_dry_run_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
     dry = doc(ckpt_in("restore", two[0], "--dry-run", "--json"))
-    check(dry, RESTORE)
+    check_restore(dry)
     assert dry["pre_restore"] is None
     out = doc(ckpt_in("restore", two[0], "--json"))
-    check(out, RESTORE)
+    check_restore(out)
     assert isinstance(out["pre_restore"], str)
+
+
+def test_restore_lists_schema(initialized: Path, ckpt_in: CkptIn) -> None:
+    """The lists of a restore report hold typed items: a conflict, a path not captured and a
+    path first tracked after a tracked-scope target."""
+    assert ckpt_in("config", "set", "max_file_size", "1000").code == 0
+    (initialized / "app.log").write_text("captured\n")
+    first = doc(ckpt_in("create", "--json"))["id"]
+    (initialized / "big.bin").write_bytes(b"x" * 2000)
+    (initialized / ".gitignore").write_text("*.log\n")
+    (initialized / "app.log").write_text("newer\n")
+    run = ckpt_in("restore", first, "--json")
+    assert run.code == 3, run.stderr
+    out = json.loads(run.stdout)
+    check_restore(out)
+    assert [c["path"] for c in out["conflicts"]] == ["app.log"]
+    assert out["not_captured"] == [{"path": "big.bin", "reason": "too-large"}]
+
+    tracked = ("--session", "tracked")
+    assert ckpt_in(*tracked, "track", "a.txt").code == 0
+    first = doc(ckpt_in(*tracked, "create", "--json"))["id"]
+    assert ckpt_in(*tracked, "track", "later.txt").code == 0
+    doc(ckpt_in(*tracked, "create", "--json"))
+    (initialized / "later.txt").write_text("the agent's\n")
+    out = doc(ckpt_in(*tracked, "restore", first, "--json"))
+    check_restore(out)
+    assert out["later_tracked"] == ["later.txt"]
 
 
 def test_recover_schema(initialized: Path, ckpt_in: CkptIn) -> None:
