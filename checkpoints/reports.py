@@ -108,6 +108,9 @@ class GcReport:
                 "objects_kept": self.objects_kept, "objects_young": self.objects_young,
                 "temporaries_removed": self.temporaries_removed, "dry_run": self.dry_run,
                 "held_back": self.held_back.to_json() if self.held_back else None}
+
+
+@dataclass(frozen=True, slots=True)
 class AbandonedRestore:
     """A killed restore whose journal `recover --abandon` cleared without completing it, and
     what is lost: `applied` is what the restore had changed (the pre-restore save against the
