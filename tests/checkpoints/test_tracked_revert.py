@@ -14,7 +14,6 @@ from typing import Any
 
 from ckpt.checkpoints.restoring import RestoreOptions
 from ckpt.checkpoints.service import Checkpoints
-from ckpt.objstore import hash_bytes
 
 
 def _session(cp: Checkpoints, ws: Path, work: Any) -> tuple[str, str, str]:
@@ -120,6 +119,7 @@ def test_a_revert_killed_and_completed_reports_the_same_paths(
     """The journal names the grafted tree and the covered paths: completing the restore
     (here: a journal left by a restore that never applied) ends in the same state."""
     k1, _k2, _k3 = _session(cp, ws, work)
+    from ckpt.checkpoints.identity import root_key
     from ckpt.checkpoints.journal import RestoreIntent, encode_intent
     from ckpt.checkpoints.tracked_revert import revert_scope
 
@@ -129,7 +129,7 @@ def test_a_revert_killed_and_completed_reports_the_same_paths(
     assert scope is not None
     cp.objects.sync()
     root = os.fsencode(cp.root)  # a journal as a killed restore leaves it (ARCHITECTURE.md)
-    staging = os.fsencode(os.path.join(cp.store_dir, "roots", hash_bytes(root).hex()[:16],
+    staging = os.fsencode(os.path.join(cp.store_dir, "roots", root_key(cp.root),
                                        "staging-" + "ab" * 6))
     cp.catalog.journal_restore(root, encode_intent(RestoreIntent(
         checkpoint=k1, tree=scope.tree, scope="paths", covered=scope.covered,
