@@ -25,9 +25,10 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
@@ -37,20 +38,34 @@ from ckpt.checkpoints.errors import (
     CheckpointError,
     StoreBusy,
     UnknownCheckpoint,
+    display_text,
 )
-from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
+from ckpt.checkpoints.model import CheckpointRecord, Event
+from ckpt.checkpoints.records import (
+    BadRecord,
+    RecordDir,
+    Row,
+    dump_json,
+    from_us,
+    parse_row,
+    record_name,
+    record_row,
+    row_digest,
+    to_us,
+)
 from ckpt.objstore.atomicfile import sync_directory
 
 if TYPE_CHECKING:
     from ckpt.checkpoints.paths import RelPath
     from ckpt.objstore.ids import ObjectId
 
-SCHEMA_VERSION = 2  # 2: + restores (the journal of restores in progress; was a file per root)
+# 2: + restores (the journal of restores in progress; was a file per root)
+# 3: + checkpoints.digest (a row checksum) and a record file per checkpoint (records.py)
+SCHEMA_VERSION = 3
+REPAIR_HINT = "run 'ckpt fsck --repair' to rebuild the catalog from the record files"
 APPLICATION_ID = 0x636B7074  # "ckpt": marks the file as ours (`PRAGMA application_id`)
 DEFAULT_BUSY_TIMEOUT = 10.0
 MAX_CANDIDATES = 10
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_US = timedelta(microseconds=1)
 _EVENT_KEYS = frozenset({"type", "at", "session"})  # event columns, not part of `data`
 _PREFIX_END = "\U0010ffff"  # sorts after every character an id can hold (ids are ASCII)
 
@@ -70,8 +85,9 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     hashed INTEGER NOT NULL,
     skipped BLOB NOT NULL,                  -- path NUL reason NUL path NUL reason ...
     paths BLOB NOT NULL,                    -- path NUL path ... (paths never hold NUL)
-    absent_parents BLOB NOT NULL            -- same encoding: ancestors of tombstones that
+    absent_parents BLOB NOT NULL,           -- same encoding: ancestors of tombstones that
                                             -- did not exist (restore removes them again)
+    digest BLOB                             -- records.row_digest of the columns above
 );
 CREATE INDEX IF NOT EXISTS checkpoints_session_time ON checkpoints (session, created_us, id);
 CREATE INDEX IF NOT EXISTS checkpoints_time ON checkpoints (created_us, id);
@@ -101,86 +117,23 @@ CREATE TABLE IF NOT EXISTS restores (
 _COLUMNS = ("id, session, created_us, label, reason, turn_id, message_id, tool_call_id, "
             "summary, metadata, scope, parent, tree, root, files, bytes, new_objects, "
             "new_bytes, skipped_count, duration_ms, hashed, skipped, paths, absent_parents")
-_INSERT = (f"INSERT INTO checkpoints ({_COLUMNS}) VALUES "
-           f"({', '.join('?' * len(_COLUMNS.split(',')))})")
+_INSERT = (f"INSERT INTO checkpoints ({_COLUMNS}, digest) VALUES "
+           f"({', '.join('?' * (len(_COLUMNS.split(',')) + 1))})")
+_SELECT = f"SELECT {_COLUMNS}, digest FROM checkpoints"
 
 # Primary SQLite result codes (the low byte of an extended code).
 _CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
+# SQLITE_ERROR from a statement of ours means the schema is not what we made: a damaged one.
+_SCHEMA_ERROR = 1
+# Free bytes under which an IO error of SQLite is told as a full disk (it says "disk I/O error"
+# when it cannot grow its shared-memory file).
+_NEARLY_FULL = 64 << 10
 _OS_ERRNO = {3: errno.EACCES, 8: errno.EROFS, 10: errno.EIO, 13: errno.ENOSPC,
              14: errno.ENOENT, 23: errno.EACCES}  # PERM, READONLY, IOERR, FULL, CANTOPEN, AUTH
 
 
-def _to_us(dt: datetime) -> int:
-    return (dt - _EPOCH) // _US
-
-
-def _from_us(us: int) -> datetime:
-    return _EPOCH + us * _US
-
-
-def _dump_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def _encode_skipped(skipped: Iterable[SkippedPath]) -> bytes:
-    return b"\0".join(s.path + b"\0" + s.reason.encode("utf-8") for s in skipped)
-
-
-def _decode_skipped(blob: bytes) -> tuple[SkippedPath, ...]:
-    if not blob:
-        return ()
-    parts = blob.split(b"\0")
-    if len(parts) % 2:
-        raise ValueError("skipped paths list is truncated")
-    return tuple(SkippedPath(_rel(parts[i]), parts[i + 1].decode("utf-8"))
-                 for i in range(0, len(parts), 2))
-
-
-def _rel(path: bytes) -> RelPath:
-    return cast("RelPath", path)  # a NewType of bytes; the model checks the value
-
-
-def _oid(value: object) -> ObjectId:
-    if type(value) is not bytes or len(value) != 32:
-        raise ValueError(f"tree is not a 32-byte object id: {value!r}")
-    return cast("ObjectId", value)
-
-
-def _record_row(r: CheckpointRecord) -> tuple[Any, ...]:
-    s = r.stats
-    return (r.id, r.session, _to_us(r.created_at), r.label, r.reason, r.turn_id, r.message_id,
-            r.tool_call_id, r.summary, _dump_json(r.to_json()["metadata"]), r.scope, r.parent,
-            bytes(r.tree), os.fsencode(r.root), s.files, s.bytes, s.new_objects, s.new_bytes,
-            s.skipped, s.duration_ms, s.hashed, _encode_skipped(r.skipped), b"\0".join(r.paths),
-            b"\0".join(r.absent_parents))
-
-
-def _parse_record(row: Sequence[Any]) -> CheckpointRecord:
-    (id_, session, created_us, label, reason, turn_id, message_id, tool_call_id, summary,
-     metadata, scope, parent, tree, root, files, nbytes, new_objects, new_bytes, skipped_count,
-     duration_ms, hashed, skipped, paths, absent) = row
-    if not isinstance(created_us, int):
-        raise TypeError(f"created_at is not an integer: {created_us!r}")
-    if not isinstance(skipped, bytes) or not isinstance(paths, bytes) \
-            or not isinstance(root, bytes) or not isinstance(absent, bytes):
-        raise TypeError("root/skipped/paths columns are not blobs")
-    meta = json.loads(metadata)
-    if not isinstance(meta, dict):
-        raise TypeError("metadata is not a JSON object")
-    return CheckpointRecord(
-        id=id_, label=label, reason=reason, turn_id=turn_id, message_id=message_id,
-        tool_call_id=tool_call_id, summary=summary, metadata=meta, session=session,
-        scope=scope, parent=parent, tree=_oid(tree), created_at=_from_us(created_us),
-        stats=CheckpointStats(files=files, bytes=nbytes, new_objects=new_objects,
-                              new_bytes=new_bytes, skipped=skipped_count,
-                              duration_ms=duration_ms, hashed=hashed),
-        root=os.fsdecode(root), skipped=_decode_skipped(skipped),
-        paths=tuple(_rel(p) for p in paths.split(b"\0")) if paths else (),
-        absent_parents=tuple(_rel(p) for p in absent.split(b"\0")) if absent else ())
-
-
-def _records_sql(*, session: str | None = None, turn_id: str | None = None,
+def _records_sql(*, select: str = _SELECT, session: str | None = None, turn_id: str | None = None,
                  reason: str | None = None, root: str | None = None, newest: bool = False,
                  limit: int | None = None) -> tuple[str, list[Any]]:
     """The SELECT behind history/latest; None filters are omitted (not `IS NULL`)."""
@@ -193,7 +146,7 @@ def _records_sql(*, session: str | None = None, turn_id: str | None = None,
     if root is not None:
         where.append("root = ?")
         params.append(os.fsencode(root))
-    sql = f"SELECT {_COLUMNS} FROM checkpoints"
+    sql = select
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY created_us DESC, id DESC" if newest else " ORDER BY created_us, id"
@@ -202,14 +155,61 @@ def _records_sql(*, session: str | None = None, turn_id: str | None = None,
     return sql, params
 
 
+_EXPECTED: dict[str, object] | None = None
+
+
+def _structure(conn: sqlite3.Connection) -> dict[str, object]:
+    """Tables (columns: name, type, not null, key) and indexes (table, columns) of a database:
+    what our statements rely on, without the comments and spacing of the stored SQL."""
+    found: dict[str, object] = {}
+    for kind, name, table in conn.execute(
+            "SELECT type, name, tbl_name FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'"
+            " ORDER BY name").fetchall():
+        if kind == "table":
+            found[name] = ("table", [(*row[1:4], row[5]) for row in
+                                     conn.execute(f'PRAGMA table_info("{name}")')])
+        else:
+            found[name] = (kind, table, [row[2] for row in
+                                         conn.execute(f'PRAGMA index_info("{name}")')])
+    return found
+
+
+def _expected_structure() -> dict[str, object]:
+    global _EXPECTED  # computed once per process, from the schema itself
+    if _EXPECTED is None:
+        conn = sqlite3.connect(":memory:")
+        try:
+            conn.executescript(_SCHEMA)
+            _EXPECTED = _structure(conn)
+        finally:
+            conn.close()
+    return _EXPECTED
+
+
+def _disk_full(path: str) -> bool:
+    try:
+        info = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return False
+    return info.f_bavail * info.f_frsize < _NEARLY_FULL or info.f_favail == 0
+
+
 class Catalog:
     """One connection to one catalog database; safe to share between threads (a lock
-    serializes calls). Use `Catalog.open(path)`, and `close()` or `with`."""
+    serializes calls). Use `Catalog.open(path)`, and `close()` or `with`.
 
-    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
+    `readonly` is the OSError that made `open` fall back to reading only (a full disk or a
+    read-only file system), None when the catalog is writable: a write call raises it."""
+
+    def __init__(self, conn: sqlite3.Connection, path: str, *, fsync: bool = True) -> None:
         self._conn = conn
         self.path = path
         self._lock = threading.RLock()
+        self.records = RecordDir.beside(path, fsync=fsync)
+        self.readonly: OSError | None = None
+        self._select = _SELECT
+        self.rebuilt = 0  # records adopted from their files by this open
+        self._fresh = False  # this open created the database
 
     @classmethod
     def open(cls, path: str, *, fsync: Literal["none", "batch", "full"] = "full",
@@ -218,20 +218,65 @@ class Catalog:
 
         `fsync="none"` commits with `synchronous=NORMAL`: still atomic and consistent after a
         crash or power loss, but the last commits may be lost on power loss.
+
+        Record files the catalog lacks (a catalog deleted, emptied or replaced, or a create
+        killed between its record file and its row) are added back; on a catalog opened for
+        reading only, that is `CatalogCorrupt` naming the repair command instead. Where the
+        disk is full (or read-only) an existing catalog is opened for reading only.
         """
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
             raise FileNotFoundError(errno.ENOENT, "catalog directory does not exist", parent)
         conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None,
                                check_same_thread=False)
-        catalog = cls(conn, path)
+        catalog = cls(conn, path, fsync=fsync != "none")
         try:
             with catalog._guard():
                 catalog._setup(fsync, busy_timeout)
+        except OSError as exc:
+            conn.close()
+            if exc.errno not in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EIO) \
+                    or not os.path.isfile(path) or os.path.getsize(path) == 0:
+                raise
+            catalog = cls._open_readonly(path, exc, busy_timeout)
         except BaseException:
             conn.close()
             raise
+        try:
+            catalog._reconcile()
+        except BaseException:
+            catalog.close()
+            raise
         return catalog
+
+    @classmethod
+    def _open_readonly(cls, path: str, error: OSError, busy_timeout: float) -> Catalog:
+        """Read the catalog without creating or growing a file: SQLite's read-only mode works
+        while its shared-memory file is there at full size; else, with no write-ahead log to
+        read, the database file alone is the whole catalog (`immutable`). A log that cannot be
+        read without a new file leaves `error` to raise."""
+        uri = "file:" + urllib.parse.quote(os.path.abspath(path))
+        wal = path + "-wal"
+        attempts = [f"{uri}?mode=ro"]
+        if not os.path.exists(wal) or os.path.getsize(wal) == 0:
+            attempts.append(f"{uri}?immutable=1")
+        for attempt in attempts:
+            conn = sqlite3.connect(attempt, uri=True, timeout=busy_timeout,
+                                   isolation_level=None, check_same_thread=False)
+            catalog = cls(conn, path, fsync=False)
+            catalog.readonly = error
+            try:
+                with catalog._guard():
+                    version = catalog._check_version()
+                    catalog._check_structure(version)
+            except OSError:
+                conn.close()
+                continue
+            except BaseException:
+                conn.close()
+                raise
+            return catalog
+        raise error
 
     def _setup(self, fsync: str, busy_timeout: float) -> None:
         conn = self._conn
@@ -239,20 +284,62 @@ class Catalog:
         if str(mode).lower() != "wal":
             raise CatalogCorrupt(self.path, f"cannot use WAL journal mode (got {mode})")
         conn.execute(f"PRAGMA synchronous = {'NORMAL' if fsync == 'none' else 'FULL'}")
-        if self._check_version() == SCHEMA_VERSION:
+        version = self._check_version()
+        if version == SCHEMA_VERSION:
+            self._check_structure(version)
             return
         with self._write():
             # Re-checked under the write lock: one creator, one upgrader. Every statement is
             # IF NOT EXISTS, so creating and upgrading (adding what a version lacks) are one.
-            if self._check_version() < SCHEMA_VERSION:
+            version = self._check_version()
+            if version < SCHEMA_VERSION:
+                self._fresh = not version
+                if version:
+                    self._upgrade(conn)
                 # Statement by statement: executescript() would COMMIT our transaction.
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         conn.execute(statement)
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._check_structure(SCHEMA_VERSION)
         # The directory entry of a newly created database file must be durable too.
         sync_directory(os.path.dirname(os.path.abspath(self.path)))
+
+    def _upgrade(self, conn: sqlite3.Connection) -> None:
+        """From schema 1 or 2 (in the caller's write transaction): add the digest column and
+        give each row its digest and its record file. A file that cannot be written (a full
+        disk) is left for `fsck --repair`; the upgrade itself needs none."""
+        columns = {row[1] for row in conn.execute('PRAGMA table_info("checkpoints")')}
+        if "digest" not in columns:
+            conn.execute("ALTER TABLE checkpoints ADD COLUMN digest BLOB")
+        rows = conn.execute(f"SELECT {_COLUMNS} FROM checkpoints").fetchall()
+        conn.executemany("UPDATE checkpoints SET digest = ? WHERE id = ?",
+                         ((row_digest(row), row[0]) for row in rows))
+        tracked = self._tracked_by_session(conn)
+        names = self.records.names()
+        try:
+            for row in rows:
+                if record_name(row[0]) not in names:
+                    self.records.write(row, tracked.get(row[1], ()))
+        except OSError:
+            pass
+
+    def _check_structure(self, version: int) -> None:
+        """Refuse a catalog whose tables or indexes are not the ones our statements expect
+        (a damaged schema would fail later as "no such column", or quietly differ)."""
+        expected = _expected_structure()
+        found = _structure(self._conn)
+        if version < SCHEMA_VERSION:  # read-only, not upgraded: no digest column
+            table = found.get("checkpoints")
+            if isinstance(table, tuple) and table[0] == "table":
+                found["checkpoints"] = ("table", [*table[1], ("digest", "BLOB", 0, 0)])
+            self._select = f"SELECT {_COLUMNS}, NULL FROM checkpoints"
+        if version and found != expected:
+            damaged = sorted(name for name in set(expected) | set(found)
+                             if expected.get(name) != found.get(name))
+            raise CatalogCorrupt(self.path, f"damaged schema ({', '.join(damaged)}); "
+                                 + REPAIR_HINT)
 
     def _use_wal(self, busy_timeout: float) -> str:
         """Switch to WAL, waiting up to `busy_timeout` for another process switching too: while
@@ -296,17 +383,23 @@ class Catalog:
             except sqlite3.DatabaseError as exc:
                 code = getattr(exc, "sqlite_errorcode", None)
                 primary = code & 0xFF if isinstance(code, int) else None
-                if primary in _CORRUPT:
-                    raise CatalogCorrupt(self.path, str(exc)) from exc
+                if primary in _CORRUPT or primary == _SCHEMA_ERROR:
+                    raise CatalogCorrupt(self.path, f"{exc}; {REPAIR_HINT}") from exc
                 if primary in _BUSY:
                     raise StoreBusy(self.path, None) from exc
                 if primary in _OS_ERRNO:
-                    raise OSError(_OS_ERRNO[primary], f"catalog: {exc}", self.path) from exc
+                    number = _OS_ERRNO[primary]
+                    if number == errno.EIO and _disk_full(self.path):
+                        number = errno.ENOSPC
+                    raise OSError(number, f"{os.strerror(number)} (catalog: {exc})",
+                                  self.path) from exc
                 raise
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction; the lock is taken up front so it cannot fail half way."""
+        if self.readonly is not None:
+            raise OSError(self.readonly.errno, self.readonly.strerror, self.path)
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -325,15 +418,22 @@ class Catalog:
         return [self._parse(row) for row in rows]
 
     def _parse(self, row: Sequence[Any]) -> CheckpointRecord:
+        """The record of a row with its digest last; a row whose digest does not match (a
+        flipped byte) or that does not parse is `CatalogCorrupt`."""
+        digest = row[-1]
+        columns = row[:-1]
         try:
-            return _parse_record(row)
+            if digest is not None and row_digest(columns) != digest:
+                raise ValueError("row does not match its checksum")
+            return parse_row(columns)
         except (ValueError, TypeError, OverflowError) as exc:  # JSON/Unicode errors: ValueError
-            raise CatalogCorrupt(self.path, f"checkpoint {row[0]!s}: {exc}") from None
+            raise CatalogCorrupt(self.path, f"checkpoint {display_text(str(columns[0]))}: "
+                                 f"{exc}; {REPAIR_HINT}") from None
 
     def _insert_event(self, conn: sqlite3.Connection, event: Event) -> None:
         conn.execute("INSERT INTO events (type, at_us, session, data) VALUES (?, ?, ?, ?)",
-                     (event.type, _to_us(event.at), event.session,
-                      _dump_json({k: v for k, v in event.to_json().items()
+                     (event.type, to_us(event.at), event.session,
+                      dump_json({k: v for k, v in event.to_json().items()
                                   if k not in _EVENT_KEYS})))
 
     # -- records --------------------------------------------------------------------------
@@ -342,13 +442,15 @@ class Catalog:
                        journal: bytes | None = None) -> None:
         """Insert `record` (and `event`; and `journal`, the intent of the restore that
         `record` is the pre-restore save of, for `record.root`) in one transaction, durable
-        when this returns."""
-        row = _record_row(record)
+        when this returns. Its record file is written (durably) first, inside the
+        transaction, so no other process sees the file without the row unless this one dies
+        in between (then the next open adds the row)."""
+        row = record_row(record)
         with self._guard(), self._write() as conn:
-            try:
-                conn.execute(_INSERT, row)
-            except sqlite3.IntegrityError:
-                raise CheckpointError(f"checkpoint id already exists: {record.id}") from None
+            if conn.execute("SELECT 1 FROM checkpoints WHERE id = ?", (record.id,)).fetchone():
+                raise CheckpointError(f"checkpoint id already exists: {record.id}")
+            self.records.write(row, self._tracked_paths(conn, record.session))
+            conn.execute(_INSERT, (*row, row_digest(row)))
             if event is not None:
                 self._insert_event(conn, event)
             if journal is not None:
@@ -361,7 +463,7 @@ class Catalog:
         if not ref:
             raise UnknownCheckpoint(ref)
         with self._guard():
-            sql = f"SELECT {_COLUMNS} FROM checkpoints WHERE id = ?"
+            sql = f"{self._select} WHERE id = ?"
             rows = self._records(sql, (ref,))
             if rows:
                 return rows[0]
@@ -377,44 +479,43 @@ class Catalog:
     def history(self, *, session: str | None, turn_id: str | None = None,
                 reason: str | None = None, root: str | None = None) -> list[CheckpointRecord]:
         """Matching records, oldest first (created_at, then id). `session=None`: all."""
-        sql, params = _records_sql(session=session, turn_id=turn_id, reason=reason, root=root)
+        sql, params = _records_sql(select=self._select, session=session, turn_id=turn_id,
+                                   reason=reason, root=root)
         with self._guard():
             return self._records(sql, params)
 
     def latest(self, *, session: str, turn_id: str | None = None,
                reason: str | None = None, root: str | None = None) -> CheckpointRecord | None:
-        sql, params = _records_sql(session=session, turn_id=turn_id, reason=reason,
-                                   root=root, newest=True, limit=1)
+        sql, params = _records_sql(select=self._select, session=session, turn_id=turn_id,
+                                   reason=reason, root=root, newest=True, limit=1)
         with self._guard():
             found = self._records(sql, params)
         return found[0] if found else None
 
     def later_than(self, record: CheckpointRecord) -> list[CheckpointRecord]:
         """Records of the same session and root after `record` in history order, oldest first."""
-        us = _to_us(record.created_at)
-        sql = (f"SELECT {_COLUMNS} FROM checkpoints WHERE session = ? AND root = ? AND "
+        us = to_us(record.created_at)
+        sql = (f"{self._select} WHERE session = ? AND root = ? AND "
                "(created_us > ? OR (created_us = ? AND id > ?)) ORDER BY created_us, id")
         with self._guard():
             return self._records(sql, (record.session, os.fsencode(record.root), us, us, record.id))
 
     def delete_checkpoints(self, ids: Sequence[str], *, event: Event | None = None) -> None:
-        """Delete these records (ids not present are ignored) and add `event`, in one txn."""
+        """Delete these records (ids not present are ignored) and add `event`, in one txn.
+        Their record files go first, inside the transaction: a pruned checkpoint never comes
+        back in a rebuild (a kill in between leaves the rows, which `fsck` reports)."""
         if isinstance(ids, str):
             raise TypeError("ids must be a sequence of ids, not one string")
         with self._guard(), self._write() as conn:
+            self.records.remove(ids)
             conn.executemany("DELETE FROM checkpoints WHERE id = ?", ((i,) for i in ids))
             if event is not None:
                 self._insert_event(conn, event)
 
     def tree_roots(self) -> list[ObjectId]:
-        """The distinct tree ids of all records of all sessions (GC roots), sorted."""
-        with self._guard():
-            rows = self._conn.execute(
-                "SELECT DISTINCT tree FROM checkpoints ORDER BY tree").fetchall()
-        try:
-            return [_oid(row[0]) for row in rows]
-        except ValueError as exc:
-            raise CatalogCorrupt(self.path, str(exc)) from None
+        """The distinct tree ids of all records of all sessions (GC roots), sorted; every row
+        is checked against its digest, so a damaged one stops gc instead of steering it."""
+        return sorted({record.tree for record in self.history(session=None)})
 
     def session_counts(self) -> dict[str, int]:
         """Number of records per session (sessions with records only)."""
@@ -427,6 +528,143 @@ class Catalog:
         with self._guard():
             return int(self._conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0])
 
+    # -- the record files -----------------------------------------------------------------
+
+    def _tracked_paths(self, conn: sqlite3.Connection, session: str) -> list[bytes]:
+        return sorted(bytes(row[0]) for row in conn.execute(
+            "SELECT path FROM tracked WHERE session = ?", (session,)))
+
+    @staticmethod
+    def _tracked_by_session(conn: sqlite3.Connection) -> dict[str, list[bytes]]:
+        found: dict[str, list[bytes]] = {}
+        for session, path in conn.execute("SELECT session, path FROM tracked ORDER BY path"):
+            found.setdefault(str(session), []).append(bytes(path))
+        return found
+
+    def _reconcile(self) -> None:
+        """At open: add back the records whose files the catalog lacks (see `open`). The
+        test is one listing and one count; the work is done only when files outnumber rows."""
+        names = self.records.names()
+        if not names:
+            return
+        with self._guard():
+            rows = int(self._conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0])
+        if len(names) <= rows and not self._fresh:
+            return
+        if self.readonly is not None:
+            missing = len(names) - rows
+            raise CatalogCorrupt(self.path, f"{missing} checkpoint record(s) in "
+                                 f"{self.records.path} are not in the catalog; {REPAIR_HINT}")
+        self.rebuilt = len(self.adopt_records())
+
+    def adopt_records(self, *, now: datetime | None = None) -> list[str]:
+        """Add the record files' checkpoints that the catalog lacks (one transaction; a
+        damaged file is skipped: `audit` reports it). A catalog that held no checkpoint also
+        gets each session's tracked paths from its newest record, and a `catalog:rebuild`
+        event. Returns the ids added."""
+        with self._guard(), self._write() as conn:
+            known = {record_name(str(row[0])) for row in conn.execute("SELECT id FROM checkpoints")}
+            empty = not known
+            added: list[str] = []
+            newest: dict[str, tuple[int, tuple[bytes, ...]]] = {}
+            per_session: dict[str, int] = {}
+            for name in sorted(self.records.names() - known):
+                try:
+                    row, tracked, record = self.records.read(name)
+                except (BadRecord, FileNotFoundError):
+                    continue
+                conn.execute(_INSERT, (*row, row_digest(row)))
+                added.append(record.id)
+                per_session[record.session] = per_session.get(record.session, 0) + 1
+                created = to_us(record.created_at)
+                if record.session not in newest or newest[record.session][0] <= created:
+                    newest[record.session] = (created, tracked)
+            if empty and added:
+                for session, (_, tracked) in newest.items():
+                    conn.executemany("INSERT OR IGNORE INTO tracked (session, path) VALUES (?, ?)",
+                                     ((session, p) for p in tracked))
+                when = now or datetime.now(UTC)
+                for session in sorted(newest):
+                    self._insert_event(conn, Event("catalog:rebuild", when, session,
+                                                   {"adopted": per_session[session]}))
+            return added
+
+    def audit(self) -> tuple[list[CheckpointRecord], list[tuple[str, str]]]:
+        """Compare every row with its record file, tolerating damage: (the records whose rows
+        are sound, the problems as (where, what)). Never raises for a damaged row or file."""
+        problems: list[tuple[str, str]] = []
+        good: list[CheckpointRecord] = []
+        with self._guard():
+            rows = self._conn.execute(f"{self._select} ORDER BY created_us, id").fetchall()
+        names = self.records.names()
+        seen: set[str] = set()
+        for row in rows:
+            columns = row[:-1]
+            name = record_name(str(columns[0]))
+            seen.add(name)
+            try:
+                record = self._parse(row)
+            except CatalogCorrupt as exc:
+                problems.append((self.path, f"{exc.reason}"))
+                continue
+            good.append(record)
+            if name not in names:
+                problems.append((self.records.file(record.id),
+                                 f"checkpoint {record.id} has no record file; {REPAIR_HINT}"))
+                continue
+            try:
+                file_row = self.records.read(name)[0]
+            except (BadRecord, FileNotFoundError, OSError) as exc:
+                problems.append((self.records.file(record.id), f"damaged record file: {exc}; "
+                                 f"{REPAIR_HINT}"))
+                continue
+            if tuple(file_row) != tuple(columns):
+                problems.append((self.path, f"checkpoint {record.id}: the catalog row differs "
+                                 f"from its record file; {REPAIR_HINT}"))
+        problems.extend((os.path.join(self.records.path, name),
+                         f"a checkpoint record the catalog lacks; {REPAIR_HINT}")
+                        for name in sorted(names - seen))
+        return good, problems
+
+    def repair(self) -> list[str]:
+        """Make rows and record files agree, the file winning where both are sound: adopt
+        the files the catalog lacks, rewrite damaged or differing rows from their files, and
+        write the files that are missing or damaged from sound rows. A row and file both
+        damaged are dropped (nothing sound is left of that checkpoint). Returns what it did,
+        one line per change."""
+        done = [f"added checkpoint {i} from its record file" for i in self.adopt_records()]
+        with self._guard(), self._write() as conn:
+            tracked = self._tracked_by_session(conn)
+            names = self.records.names()
+            for row in conn.execute(f"{self._select}").fetchall():
+                columns, digest = row[:-1], row[-1]
+                checkpoint_id = str(columns[0])
+                name = record_name(checkpoint_id)
+                try:
+                    sound = digest is not None and row_digest(columns) == digest
+                    parse_row(columns)
+                except (ValueError, TypeError, OverflowError):
+                    sound = False
+                try:
+                    file_row: Row | None = self.records.read(name)[0] if name in names else None
+                except (BadRecord, OSError):
+                    file_row = None
+                if file_row is not None and (not sound or tuple(file_row) != tuple(columns)):
+                    conn.execute("DELETE FROM checkpoints WHERE id = ?", (checkpoint_id,))
+                    if conn.execute("SELECT 1 FROM checkpoints WHERE id = ?",
+                                    (file_row[0],)).fetchone() is None:
+                        conn.execute(_INSERT, (*file_row, row_digest(file_row)))
+                    done.append(f"checkpoint {file_row[0]}: catalog row rewritten from its "
+                                "record file")
+                elif file_row is None and sound:
+                    self.records.write(columns, tracked.get(str(columns[1]), ()))
+                    done.append(f"checkpoint {checkpoint_id}: record file written")
+                elif file_row is None:
+                    conn.execute("DELETE FROM checkpoints WHERE id = ?", (checkpoint_id,))
+                    done.append(f"checkpoint {display_text(checkpoint_id)}: dropped (damaged "
+                                "row, no sound record file)")
+        return done
+
     # -- tracked paths --------------------------------------------------------------------
 
     def tracked(self, session: str) -> tuple[RelPath, ...]:
@@ -434,7 +672,7 @@ class Catalog:
         with self._guard():
             rows = self._conn.execute("SELECT path FROM tracked WHERE session = ?", (session,))
             paths = sorted(bytes(row[0]) for row in rows)
-        return tuple(_rel(p) for p in paths)
+        return tuple(cast("RelPath", p) for p in paths)
 
     def set_tracked(self, session: str, paths: Iterable[bytes]) -> None:
         """Replace the session's tracked set (duplicates collapse) in one transaction."""
@@ -513,7 +751,7 @@ class Catalog:
             fields = json.loads(data)
             if not isinstance(fields, dict):
                 raise TypeError("event data is not a JSON object")
-            return Event(type=type_, at=_from_us(at_us), session=session, data=fields)
+            return Event(type=type_, at=from_us(at_us), session=session, data=fields)
         except (ValueError, TypeError, OverflowError) as exc:
             raise CatalogCorrupt(self.path, f"event {seq}: {exc}") from None
 

@@ -1,0 +1,221 @@
+"""Checkpoint records as files: the store's own copy of every checkpoint, beside the catalog.
+
+Owns the row form of a `CheckpointRecord` (the tuple the catalog stores, and its digest), the
+record file format and the `records/` directory of a store. The catalog (catalog.py) is an
+index over these files: it writes a checkpoint's file before the row, inside the row's write
+transaction, removes the files of pruned checkpoints inside theirs, and is rebuilt from them
+when it is lost. As restic keeps `snapshots/<id>`, a store keeps `records/<name>`:
+
+    name:    the checkpoint id (`ckpt-<ms>-<8 base36>`; any other id: `x-` + hex of its UTF-8)
+    file:    b"CKREC\\x00\\x00\\x01" | msgpack [1, row, tracked] | BLAKE3 of everything before (32)
+    row:     the catalog's columns of the record (`record_row`), in its column order
+    tracked: the session's tracked paths when the record was committed (a rebuild restores
+             each session's set from its newest record)
+
+A pruned checkpoint stays pruned because its file is gone: there is no deletion marker to
+lose. Must not open the catalog, touch the object store or the working tree.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, SkippedPath
+from ckpt.objstore.atomicfile import sync_directory, write_atomically
+from ckpt.objstore.codec import pack_data, unpack_data
+from ckpt.objstore.errors import CorruptObject
+from ckpt.objstore.ids import hash_bytes
+
+if TYPE_CHECKING:
+    from ckpt.checkpoints.paths import RelPath
+    from ckpt.objstore.ids import ObjectId
+
+RECORDS_DIR = "records"
+MAGIC = b"CKREC\x00\x00\x01"
+FORMAT = 1
+DIGEST_SIZE = 16  # of a catalog row: enough to catch a flipped byte, not an adversary
+_TRAILER = 32
+_TEMP_PREFIX = ".tmp-"
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+
+Row = tuple[Any, ...]
+
+
+class BadRecord(ValueError):
+    """A record file or row that does not decode (its `reason` says why)."""
+
+
+# -- the row form ----------------------------------------------------------------------------
+
+def to_us(dt: datetime) -> int:
+    return (dt - _EPOCH) // _US
+
+
+def from_us(us: int) -> datetime:
+    return _EPOCH + us * _US
+
+
+def dump_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _encode_skipped(skipped: Iterable[SkippedPath]) -> bytes:
+    return b"\0".join(s.path + b"\0" + s.reason.encode("utf-8") for s in skipped)
+
+
+def _decode_skipped(blob: bytes) -> tuple[SkippedPath, ...]:
+    if not blob:
+        return ()
+    parts = blob.split(b"\0")
+    if len(parts) % 2:
+        raise ValueError("skipped paths list is truncated")
+    return tuple(SkippedPath(_rel(parts[i]), parts[i + 1].decode("utf-8"))
+                 for i in range(0, len(parts), 2))
+
+
+def _rel(path: bytes) -> RelPath:
+    return cast("RelPath", path)  # a NewType of bytes; the model checks the value
+
+
+def oid_value(value: object) -> ObjectId:
+    if type(value) is not bytes or len(value) != 32:
+        raise ValueError(f"tree is not a 32-byte object id: {value!r}")
+    return cast("ObjectId", value)
+
+
+def record_row(r: CheckpointRecord) -> Row:
+    """The catalog's columns of `r` (catalog.py `_COLUMNS` order, digest excluded)."""
+    s = r.stats
+    return (r.id, r.session, to_us(r.created_at), r.label, r.reason, r.turn_id, r.message_id,
+            r.tool_call_id, r.summary, dump_json(r.to_json()["metadata"]), r.scope, r.parent,
+            bytes(r.tree), os.fsencode(r.root), s.files, s.bytes, s.new_objects, s.new_bytes,
+            s.skipped, s.duration_ms, s.hashed, _encode_skipped(r.skipped), b"\0".join(r.paths),
+            b"\0".join(r.absent_parents))
+
+
+def row_digest(row: Sequence[Any]) -> bytes:
+    """The checksum the catalog keeps beside a row: a flipped byte in it does not pass."""
+    return hash_bytes(pack_data(list(row)))[:DIGEST_SIZE]
+
+
+def parse_row(row: Sequence[Any]) -> CheckpointRecord:
+    """The record of a row; ValueError/TypeError/OverflowError when it does not parse."""
+    (id_, session, created_us, label, reason, turn_id, message_id, tool_call_id, summary,
+     metadata, scope, parent, tree, root, files, nbytes, new_objects, new_bytes, skipped_count,
+     duration_ms, hashed, skipped, paths, absent) = row
+    if not isinstance(created_us, int):
+        raise TypeError(f"created_at is not an integer: {created_us!r}")
+    if not isinstance(skipped, bytes) or not isinstance(paths, bytes) \
+            or not isinstance(root, bytes) or not isinstance(absent, bytes):
+        raise TypeError("root/skipped/paths columns are not blobs")
+    meta = json.loads(metadata)
+    if not isinstance(meta, dict):
+        raise TypeError("metadata is not a JSON object")
+    return CheckpointRecord(
+        id=id_, label=label, reason=reason, turn_id=turn_id, message_id=message_id,
+        tool_call_id=tool_call_id, summary=summary, metadata=meta, session=session,
+        scope=scope, parent=parent, tree=oid_value(tree), created_at=from_us(created_us),
+        stats=CheckpointStats(files=files, bytes=nbytes, new_objects=new_objects,
+                              new_bytes=new_bytes, skipped=skipped_count,
+                              duration_ms=duration_ms, hashed=hashed),
+        root=os.fsdecode(root), skipped=_decode_skipped(skipped),
+        paths=tuple(_rel(p) for p in paths.split(b"\0")) if paths else (),
+        absent_parents=tuple(_rel(p) for p in absent.split(b"\0")) if absent else ())
+
+
+# -- the file form ---------------------------------------------------------------------------
+
+def record_name(checkpoint_id: str) -> str:
+    """The file name of a checkpoint's record (never starts with "." nor holds "/")."""
+    if _SAFE_NAME.fullmatch(checkpoint_id) and not checkpoint_id.startswith("x-"):
+        return checkpoint_id
+    return "x-" + checkpoint_id.encode("utf-8", "surrogatepass").hex()
+
+
+def encode_record(row: Sequence[Any], tracked: Sequence[bytes]) -> bytes:
+    body = MAGIC + pack_data([FORMAT, list(row), list(tracked)])
+    return body + hash_bytes(body)
+
+
+def decode_record(data: bytes) -> tuple[Row, tuple[bytes, ...], CheckpointRecord]:
+    """(row, tracked, record) of a record file's bytes; `BadRecord` if they are damaged."""
+    if len(data) < len(MAGIC) + _TRAILER or not data.startswith(MAGIC):
+        raise BadRecord("not a checkpoint record (bad magic or truncated)")
+    body, trailer = data[:-_TRAILER], data[-_TRAILER:]
+    if hash_bytes(body) != trailer:
+        raise BadRecord("checksum mismatch")
+    try:
+        value = unpack_data(memoryview(body)[len(MAGIC):], what="checkpoint record")
+        version, row, tracked = value
+        if version != FORMAT or not isinstance(row, list) or not isinstance(tracked, list):
+            raise ValueError(f"unknown record format {version!r}")
+        if not all(isinstance(p, bytes) and p and b"\0" not in p for p in tracked):
+            raise ValueError("tracked paths are not non-empty bytes without NUL")
+        return tuple(row), tuple(tracked), parse_row(row)
+    except (CorruptObject, ValueError, TypeError, OverflowError) as exc:
+        raise BadRecord(str(exc)) from None
+
+
+class RecordDir:
+    """The `records/` directory of a store: one file per checkpoint (see the module)."""
+
+    def __init__(self, path: str, *, fsync: bool) -> None:
+        self.path = path
+        self.fsync = fsync
+
+    @classmethod
+    def beside(cls, catalog_path: str, *, fsync: bool) -> RecordDir:
+        return cls(os.path.join(os.path.dirname(os.path.abspath(catalog_path)), RECORDS_DIR),
+                   fsync=fsync)
+
+    def file(self, checkpoint_id: str) -> str:
+        return os.path.join(self.path, record_name(checkpoint_id))
+
+    def names(self) -> set[str]:
+        """The names of the record files (temporaries of killed writers excluded)."""
+        try:
+            return {n for n in os.listdir(self.path) if not n.startswith(".")}
+        except FileNotFoundError:
+            return set()
+
+    def write(self, row: Sequence[Any], tracked: Sequence[bytes]) -> None:
+        """Write (or replace) the record file of `row`, durable when this returns (if fsync)."""
+        if not os.path.isdir(self.path):
+            os.makedirs(self.path, exist_ok=True)
+            if self.fsync:
+                sync_directory(os.path.dirname(self.path))
+        write_atomically(self.file(row[0]), encode_record(row, tracked), fsync_file=self.fsync,
+                         fsync_dir=self.fsync, temp_prefix=_TEMP_PREFIX)
+
+    def read(self, name: str) -> tuple[Row, tuple[bytes, ...], CheckpointRecord]:
+        """Decode one record file; `BadRecord` if damaged, FileNotFoundError if gone."""
+        fd = os.open(os.path.join(self.path, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            with os.fdopen(fd, "rb", closefd=False) as stream:
+                data = stream.read()
+        finally:
+            os.close(fd)
+        return decode_record(data)
+
+    def remove(self, checkpoint_ids: Iterable[str]) -> None:
+        """Remove these records' files (absent ones are fine), durably if fsync."""
+        removed = False
+        for checkpoint_id in checkpoint_ids:
+            try:
+                os.unlink(self.file(checkpoint_id))
+                removed = True
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                if exc.errno != errno.ENOENT:
+                    raise
+        if removed and self.fsync:
+            sync_directory(self.path)
