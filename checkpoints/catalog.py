@@ -595,7 +595,11 @@ class Catalog:
         problems: list[tuple[str, str]] = []
         good: list[CheckpointRecord] = []
         with self._guard():
+            checked = [str(row[0]) for row in self._conn.execute("PRAGMA integrity_check")]
             rows = self._conn.execute(f"{self._select} ORDER BY created_us, id").fetchall()
+        if checked != ["ok"]:  # such as an index entry that no longer matches its row
+            problems.extend((self.path, f"integrity check: {line}; {REPAIR_HINT}")
+                            for line in checked[:10])
         names = self.records.names()
         seen: set[str] = set()
         for row in rows:
@@ -632,6 +636,8 @@ class Catalog:
         write the files that are missing or damaged from sound rows. A row and file both
         damaged are dropped (nothing sound is left of that checkpoint). Returns what it did,
         one line per change."""
+        with self._guard(), self._write() as conn:
+            conn.execute("REINDEX")  # indexes rebuilt from the rows, which are checked below
         done = [f"added checkpoint {i} from its record file" for i in self.adopt_records()]
         with self._guard(), self._write() as conn:
             tracked = self._tracked_by_session(conn)
