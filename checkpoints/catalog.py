@@ -19,6 +19,7 @@ Errors: a damaged database (SQLITE_CORRUPT/NOTADB) or a row that does not parse 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -208,8 +209,7 @@ class Catalog:
         self.records = RecordDir.beside(path, fsync=fsync)
         self.readonly: OSError | None = None
         self._select = _SELECT
-        self.rebuilt = 0  # records adopted from their files by this open
-        self._fresh = False  # this open created the database
+        self.rebuilt = 0  # records this open rebuilt a new database from (catalog lost)
 
     @classmethod
     def open(cls, path: str, *, fsync: Literal["none", "batch", "full"] = "full",
@@ -293,7 +293,6 @@ class Catalog:
             # IF NOT EXISTS, so creating and upgrading (adding what a version lacks) are one.
             version = self._check_version()
             if version < SCHEMA_VERSION:
-                self._fresh = not version
                 if version:
                     self._upgrade(conn)
                 # Statement by statement: executescript() would COMMIT our transaction.
@@ -302,6 +301,10 @@ class Catalog:
                         conn.execute(statement)
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                if not version:
+                    # A new database beside record files: the catalog was deleted or emptied.
+                    # Rebuilt in the creating transaction, so no other process sees it empty.
+                    self.rebuilt = len(self._adopt(conn))
             self._check_structure(SCHEMA_VERSION)
         # The directory entry of a newly created database file must be durable too.
         sync_directory(os.path.dirname(os.path.abspath(self.path)))
@@ -442,19 +445,29 @@ class Catalog:
                        journal: bytes | None = None) -> None:
         """Insert `record` (and `event`; and `journal`, the intent of the restore that
         `record` is the pre-restore save of, for `record.root`) in one transaction, durable
-        when this returns. Its record file is written (durably) first, inside the
-        transaction, so no other process sees the file without the row unless this one dies
-        in between (then the next open adds the row)."""
+        when this returns. Its record file is written durably first, inside the transaction,
+        as pending, and named after the commit (records.py `write_pending`)."""
         row = record_row(record)
-        with self._guard(), self._write() as conn:
-            if conn.execute("SELECT 1 FROM checkpoints WHERE id = ?", (record.id,)).fetchone():
-                raise CheckpointError(f"checkpoint id already exists: {record.id}")
-            self.records.write(row, self._tracked_paths(conn, record.session))
-            conn.execute(_INSERT, (*row, row_digest(row)))
-            if event is not None:
-                self._insert_event(conn, event)
-            if journal is not None:
-                self._set_journal(conn, os.fsencode(record.root), journal)
+        name: str | None = None
+        try:
+            with self._guard(), self._write() as conn:
+                if conn.execute("SELECT 1 FROM checkpoints WHERE id = ?",
+                                (record.id,)).fetchone():
+                    raise CheckpointError(f"checkpoint id already exists: {record.id}")
+                name = self.records.write_pending(row, self._tracked_paths(conn, record.session))
+                conn.execute(_INSERT, (*row, row_digest(row)))
+                if event is not None:
+                    self._insert_event(conn, event)
+                if journal is not None:
+                    self._set_journal(conn, os.fsencode(record.root), journal)
+        except BaseException:
+            if name is not None:
+                self.records.discard_pending(name)
+            raise
+        # Committed: the checkpoint exists. A failure to name its file now is not a failure
+        # of the create; the next open names it (the file is pending, its row committed).
+        with contextlib.suppress(OSError):
+            self.records.publish(name)
 
     def resolve(self, ref: str) -> CheckpointRecord:
         """The record with id `ref`, else the one whose id starts with `ref`.
@@ -542,52 +555,66 @@ class Catalog:
         return found
 
     def _reconcile(self) -> None:
-        """At open: add back the records whose files the catalog lacks (see `open`). The
-        test is one listing and one count; the work is done only when files outnumber rows."""
-        names = self.records.names()
+        """At open: settle the records a killed create left pending, and refuse a catalog that
+        lacks record files (`CatalogCorrupt` naming the repair command). The test is one
+        listing and one count."""
+        names, pending = self.records.listing()
+        if pending and self.readonly is None:
+            with self._guard(), self._write() as conn:
+                # Under the write lock no create is between its pending file and its commit:
+                # a pending record with a row was committed, one without never will be.
+                committed = {record_name(str(row[0]))
+                             for row in conn.execute("SELECT id FROM checkpoints")}
+                for name in sorted(pending):
+                    if name in committed:
+                        self.records.publish(name)
+                        names.add(name)
+                    else:
+                        self.records.discard_pending(name)
         if not names:
             return
         with self._guard():
             rows = int(self._conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0])
-        if len(names) <= rows and not self._fresh:
-            return
-        if self.readonly is not None:
-            missing = len(names) - rows
-            raise CatalogCorrupt(self.path, f"{missing} checkpoint record(s) in "
+        if len(names) > rows:
+            raise CatalogCorrupt(self.path, f"{len(names) - rows} checkpoint record(s) in "
                                  f"{self.records.path} are not in the catalog; {REPAIR_HINT}")
-        self.rebuilt = len(self.adopt_records())
 
     def adopt_records(self, *, now: datetime | None = None) -> list[str]:
-        """Add the record files' checkpoints that the catalog lacks (one transaction; a
-        damaged file is skipped: `audit` reports it). A catalog that held no checkpoint also
-        gets each session's tracked paths from its newest record, and a `catalog:rebuild`
-        event. Returns the ids added."""
+        """Add the record files' checkpoints that the catalog lacks, in one transaction (see
+        `_adopt`). Returns the ids added."""
         with self._guard(), self._write() as conn:
-            known = {record_name(str(row[0])) for row in conn.execute("SELECT id FROM checkpoints")}
-            empty = not known
-            added: list[str] = []
-            newest: dict[str, tuple[int, tuple[bytes, ...]]] = {}
-            per_session: dict[str, int] = {}
-            for name in sorted(self.records.names() - known):
-                try:
-                    row, tracked, record = self.records.read(name)
-                except (BadRecord, FileNotFoundError):
-                    continue
-                conn.execute(_INSERT, (*row, row_digest(row)))
-                added.append(record.id)
-                per_session[record.session] = per_session.get(record.session, 0) + 1
-                created = to_us(record.created_at)
-                if record.session not in newest or newest[record.session][0] <= created:
-                    newest[record.session] = (created, tracked)
-            if empty and added:
-                for session, (_, tracked) in newest.items():
-                    conn.executemany("INSERT OR IGNORE INTO tracked (session, path) VALUES (?, ?)",
-                                     ((session, p) for p in tracked))
-                when = now or datetime.now(UTC)
-                for session in sorted(newest):
-                    self._insert_event(conn, Event("catalog:rebuild", when, session,
-                                                   {"adopted": per_session[session]}))
-            return added
+            return self._adopt(conn, now=now)
+
+    def _adopt(self, conn: sqlite3.Connection, *, now: datetime | None = None) -> list[str]:
+        """Add the record files' checkpoints that the catalog lacks (in the caller's write
+        transaction; a damaged file is skipped: `audit` reports it). A catalog that held no
+        checkpoint also gets each session's tracked paths from its newest record, and a
+        `catalog:rebuild` event per session. Returns the ids added."""
+        known = {record_name(str(row[0])) for row in conn.execute("SELECT id FROM checkpoints")}
+        empty = not known
+        added: list[str] = []
+        newest: dict[str, tuple[int, tuple[bytes, ...]]] = {}
+        per_session: dict[str, int] = {}
+        for name in sorted(self.records.names() - known):
+            try:
+                row, tracked, record = self.records.read(name)
+            except (BadRecord, FileNotFoundError):
+                continue
+            conn.execute(_INSERT, (*row, row_digest(row)))
+            added.append(record.id)
+            per_session[record.session] = per_session.get(record.session, 0) + 1
+            created = to_us(record.created_at)
+            if record.session not in newest or newest[record.session][0] <= created:
+                newest[record.session] = (created, tracked)
+        if empty and added:
+            for session, (_, tracked) in newest.items():
+                conn.executemany("INSERT OR IGNORE INTO tracked (session, path) VALUES (?, ?)",
+                                 ((session, p) for p in tracked))
+            when = now or datetime.now(UTC)
+            for session in sorted(newest):
+                self._insert_event(conn, Event("catalog:rebuild", when, session,
+                                               {"adopted": per_session[session]}))
+        return added
 
     def audit(self) -> tuple[list[CheckpointRecord], list[tuple[str, str]]]:
         """Compare every row with its record file, tolerating damage: (the records whose rows

@@ -18,6 +18,7 @@ lose. Must not open the catalog, touch the object store or the working tree.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -42,6 +43,7 @@ FORMAT = 1
 DIGEST_SIZE = 16  # of a catalog row: enough to catch a flipped byte, not an adversary
 _TRAILER = 32
 _TEMP_PREFIX = ".tmp-"
+PENDING_PREFIX = ".pending-"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -180,20 +182,72 @@ class RecordDir:
         return os.path.join(self.path, record_name(checkpoint_id))
 
     def names(self) -> set[str]:
-        """The names of the record files (temporaries of killed writers excluded)."""
-        try:
-            return {n for n in os.listdir(self.path) if not n.startswith(".")}
-        except FileNotFoundError:
-            return set()
+        """The names of the record files (temporaries and pending files excluded)."""
+        return self.listing()[0]
 
-    def write(self, row: Sequence[Any], tracked: Sequence[bytes]) -> None:
-        """Write (or replace) the record file of `row`, durable when this returns (if fsync)."""
+    def listing(self) -> tuple[set[str], set[str]]:
+        """(record file names, names of pending files: see `write_pending`)."""
+        try:
+            entries = os.listdir(self.path)
+        except FileNotFoundError:
+            return set(), set()
+        names = {n for n in entries if not n.startswith(".")}
+        pending = {n[len(PENDING_PREFIX):] for n in entries if n.startswith(PENDING_PREFIX)}
+        return names, pending
+
+    def _ensure_dir(self) -> None:
         if not os.path.isdir(self.path):
             os.makedirs(self.path, exist_ok=True)
             if self.fsync:
                 sync_directory(os.path.dirname(self.path))
+
+    def write(self, row: Sequence[Any], tracked: Sequence[bytes]) -> None:
+        """Write (or replace) the record file of `row`, durable when this returns (if fsync)."""
+        self._ensure_dir()
         write_atomically(self.file(row[0]), encode_record(row, tracked), fsync_file=self.fsync,
                          fsync_dir=self.fsync, temp_prefix=_TEMP_PREFIX)
+
+    def write_pending(self, row: Sequence[Any], tracked: Sequence[bytes]) -> str:
+        """The first half of a new record: its bytes, durable (if fsync) under the pending name
+        `.pending-<name>`, written inside the row's transaction. `publish` (after the commit)
+        gives it its name; a process killed in between leaves it pending, and the next open
+        publishes it if its row was committed, else removes it. So a record file the catalog
+        lacks is never a create's leftover: it is damage to the catalog."""
+        self._ensure_dir()
+        name = record_name(row[0])
+        pending = os.path.join(self.path, PENDING_PREFIX + name)
+        fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o644)
+        try:
+            data = encode_record(row, tracked)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if self.fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(pending)
+            raise
+        os.close(fd)
+        return name
+
+    def publish(self, name: str) -> None:
+        """Give a pending record its name (durably, if fsync). Another process may have done it
+        already (an open that found it pending after the commit)."""
+        try:
+            os.rename(os.path.join(self.path, PENDING_PREFIX + name),
+                      os.path.join(self.path, name))
+        except FileNotFoundError:
+            if not os.path.exists(os.path.join(self.path, name)):
+                raise
+        if self.fsync:
+            sync_directory(self.path)
+
+    def discard_pending(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.path, PENDING_PREFIX + name))
 
     def read(self, name: str) -> tuple[Row, tuple[bytes, ...], CheckpointRecord]:
         """Decode one record file; `BadRecord` if damaged, FileNotFoundError if gone."""

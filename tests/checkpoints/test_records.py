@@ -82,7 +82,7 @@ def test_a_deleted_catalog_is_rebuilt_with_tracked_paths_at_open(tmp_path: Path)
         assert [e.type for e in catalog.events()] == ["catalog:rebuild"]
 
 
-def test_a_record_file_the_catalog_lost_is_added_back_at_open(tmp_path: Path) -> None:
+def test_a_catalog_lacking_a_record_file_is_corrupt_until_repaired(tmp_path: Path) -> None:
     db = str(tmp_path / "catalog.db")
     with Catalog.open(db) as catalog:
         for i in range(3):
@@ -91,9 +91,36 @@ def test_a_record_file_the_catalog_lost_is_added_back_at_open(tmp_path: Path) ->
     raw.execute("DELETE FROM checkpoints WHERE id = 'ckpt-1-x'")  # a catalog behind its files
     raw.commit()
     raw.close()
+    with pytest.raises(CatalogCorrupt, match="1 checkpoint record"):
+        Catalog.open(db)
+    assert repair_catalog_of(tmp_path) == ["added checkpoint ckpt-1-x from its record file"]
     with Catalog.open(db) as catalog:
         assert [r.id for r in catalog.history(session=None)] == ["ckpt-0-x", "ckpt-1-x",
                                                                  "ckpt-2-x"]
+
+
+def repair_catalog_of(store: Path) -> list[str]:
+    """`Catalog.repair` as `repair_catalog` runs it, on a catalog that refuses to open."""
+    catalog = Catalog.__new__(Catalog)
+    conn = sqlite3.connect(str(store / "catalog.db"), isolation_level=None,
+                           check_same_thread=False)
+    Catalog.__init__(catalog, conn, str(store / "catalog.db"))
+    with catalog:
+        return catalog.repair()
+
+
+def test_a_create_killed_between_its_record_and_its_row_leaves_neither(tmp_path: Path) -> None:
+    db = str(tmp_path / "catalog.db")
+    with Catalog.open(db) as catalog:
+        committed = _record("ckpt-1-a")
+        catalog.add_checkpoint(committed)
+        # What a kill leaves: a pending record whose row never committed, and one whose did.
+        catalog.records.write_pending(record_row(_record("ckpt-2-b")), [])
+        os.rename(catalog.records.file("ckpt-1-a"),
+                  os.path.join(catalog.records.path, ".pending-ckpt-1-a"))
+    with Catalog.open(db) as catalog:
+        assert catalog.history(session=None) == [committed]
+        assert catalog.records.listing() == ({"ckpt-1-a"}, set())
 
 
 def test_a_row_that_fails_its_digest_is_catalog_corruption(tmp_path: Path) -> None:
