@@ -1,20 +1,32 @@
 """The catalog: checkpoint records, tracked paths and events in one SQLite database (WAL).
 
 Owns the schema (versioned by `PRAGMA user_version`, created on first open, an older one
-upgraded in place, a newer one refused), the row <-> record mapping and the queries. Besides
-records, tracked paths and events it holds the journal of each root's restore in progress
-(an opaque blob here; journal.py encodes it), written with the pre-restore record and cleared
-with the restore's event, each in one transaction. Several processes share one catalog:
-WAL lets readers run beside the single writer, every write is one `BEGIN IMMEDIATE`
-transaction (so a writer waits for the lock up to `busy_timeout` instead of failing on a stale
-snapshot), and a commit is atomic, so a process killed at any point leaves each record either
-wholly present or absent. With the default `fsync="full"`/`"batch"` a commit is fsynced
-(`synchronous=FULL`) before `add_checkpoint` returns: a checkpoint reported as created survives
-power loss. The caller must make the objects a record points to durable *before* adding it.
+upgraded in place, a newer one refused, its tables and indexes checked at every open), the
+row <-> record mapping and the queries. Besides records, tracked paths and events it holds the
+journal of each root's restore in progress (an opaque blob here; journal.py encodes it),
+written with the pre-restore record and cleared with the restore's event, each in one
+transaction. Several processes share one catalog: WAL lets readers run beside the single
+writer, every write is one `BEGIN IMMEDIATE` transaction (so a writer waits for the lock up to
+`busy_timeout` instead of failing on a stale snapshot), and a commit is atomic, so a process
+killed at any point leaves each record either wholly present or absent. With the default
+`fsync="full"`/`"batch"` a commit is fsynced (`synchronous=FULL`) before `add_checkpoint`
+returns: a checkpoint reported as created survives power loss. The caller must make the
+objects a record points to durable *before* adding it.
 
-Errors: a damaged database (SQLITE_CORRUPT/NOTADB) or a row that does not parse is
-`CatalogCorrupt`; a lock still held after the timeout is `StoreBusy`; IO failures are
-`OSError`. Must not touch the object store, the working tree or the clock; never prints.
+The catalog is an index over the record files (records.py): each checkpoint's file is
+written inside its row's transaction and removed inside a prune's. A new database beside
+record files (the catalog deleted or emptied) is rebuilt from them as it is created; an
+existing one that lacks record files is `CatalogCorrupt` naming `ckpt fsck --repair`
+(`repair`), as is a row that fails its digest. On a full or read-only disk an existing catalog
+is opened for reading only (`readonly`): SQLite's `mode=ro` while its shared-memory file is
+whole, else `immutable` when no write-ahead log is left to read.
+
+Errors: a damaged database (SQLITE_CORRUPT/NOTADB, or an SQLITE_ERROR from a statement of
+ours: the schema is not what we made), a row that does not parse or fails its digest, a
+damaged schema are `CatalogCorrupt`; a lock still held after the timeout is `StoreBusy`; IO
+failures are `OSError` naming the database (ENOSPC when SQLite's "disk I/O error" comes from a
+full disk). Must not touch the object store or the working tree; reads the clock only for the
+event of a rebuild; never prints.
 """
 
 from __future__ import annotations
@@ -229,7 +241,7 @@ class Catalog:
             raise FileNotFoundError(errno.ENOENT, "catalog directory does not exist", parent)
         conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None,
                                check_same_thread=False)
-        catalog = cls(conn, path, fsync=fsync != "none")
+        catalog = cls(conn, path, fsync=fsync == "full")
         try:
             with catalog._guard():
                 catalog._setup(fsync, busy_timeout)
@@ -575,9 +587,20 @@ class Catalog:
             return
         with self._guard():
             rows = int(self._conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0])
-        if len(names) > rows:
-            raise CatalogCorrupt(self.path, f"{len(names) - rows} checkpoint record(s) in "
-                                 f"{self.records.path} are not in the catalog; {REPAIR_HINT}")
+        if len(names) > rows:  # or a prune between the listing and the count: look again
+            lacking = self.unindexed_records() if self.readonly is None else names
+            if lacking:
+                raise CatalogCorrupt(self.path, f"{len(lacking)} checkpoint record(s) in "
+                                     f"{self.records.path} are not in the catalog; "
+                                     f"{REPAIR_HINT}")
+
+    def unindexed_records(self) -> set[str]:
+        """The record files whose checkpoints the catalog lacks, looked at under the write
+        lock: no create or prune is half done meanwhile (each changes its files inside its
+        transaction, and a create names its file only once its row is committed)."""
+        with self._guard(), self._write() as conn:
+            known = {record_name(str(row[0])) for row in conn.execute("SELECT id FROM checkpoints")}
+            return self.records.names() - known
 
     def adopt_records(self, *, now: datetime | None = None) -> list[str]:
         """Add the record files' checkpoints that the catalog lacks, in one transaction (see

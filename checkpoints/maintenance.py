@@ -23,7 +23,6 @@ from ckpt.checkpoints.errors import CatalogCorrupt
 from ckpt.checkpoints.journal import RestoreIntent, decode_intent, read_intent
 from ckpt.checkpoints.lock import RootLock
 from ckpt.checkpoints.model import Event
-from ckpt.checkpoints.records import record_name
 from ckpt.checkpoints.retention import select_prunable
 from ckpt.checkpoints.statcache import check_stat_cache
 from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace
@@ -99,8 +98,7 @@ class Maintenance:
         the gc lock shared, so under gc's exclusive lock no create is between its file and
         its row."""
         catalog = self._ws.catalog
-        lacking = len(catalog.records.names() - {record_name(r.id) for r in
-                                                 catalog.history(session=None)})
+        lacking = len(catalog.unindexed_records())
         if lacking:
             raise CatalogCorrupt(catalog.path, f"{lacking} checkpoint record(s) in "
                                  f"{catalog.records.path} are not in the catalog; gc refuses "

@@ -3,8 +3,11 @@
 Owns the row form of a `CheckpointRecord` (the tuple the catalog stores, and its digest), the
 record file format and the `records/` directory of a store. The catalog (catalog.py) is an
 index over these files: it writes a checkpoint's file before the row, inside the row's write
-transaction, removes the files of pruned checkpoints inside theirs, and is rebuilt from them
-when it is lost. As restic keeps `snapshots/<id>`, a store keeps `records/<name>`:
+transaction (pending until the commit: `write_pending`), removes the files of pruned
+checkpoints inside theirs, and is rebuilt from them when it is lost. The files are fsynced
+only when the store's policy is `fsync = "full"`: under `batch` each fsync would double the
+cost of a checkpoint that changed nothing, and the committed row covers a power loss (a file
+lost to one is reported by fsck and written again from the row by `fsck --repair`). As restic keeps `snapshots/<id>`, a store keeps `records/<name>`:
 
     name:    the checkpoint id (`ckpt-<ms>-<8 base36>`; any other id: `x-` + hex of its UTF-8)
     file:    b"CKREC\\x00\\x00\\x01" | msgpack [1, row, tracked] | BLAKE3 of everything before (32)

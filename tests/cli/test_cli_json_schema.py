@@ -124,7 +124,7 @@ def test_gc_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
                "objects_young": int, "temporaries_removed": int, "dry_run": bool})
 
 
-FSCK = {"ok": bool, "full": bool, "trees_checked": int, "blobs_checked": int,
+FSCK = {"ok": bool, "full": bool, "repaired": list, "trees_checked": int, "blobs_checked": int,
         "objects_verified": int, "problems": list, "damaged_checkpoints": list,
         "damaged_files": list, "damaged_caches": list}
 
