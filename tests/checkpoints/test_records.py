@@ -10,7 +10,12 @@ from typing import Any
 
 import pytest
 
-from ckpt.checkpoints.catalog import Catalog
+from ckpt.checkpoints.catalog import (
+    EXPECTED_STRUCTURE,
+    Catalog,
+    _expected_structure,
+    structure_digest,
+)
 from ckpt.checkpoints.errors import CatalogCorrupt
 from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats
 from ckpt.checkpoints.records import (
@@ -182,3 +187,7 @@ def test_an_older_catalog_gets_record_files_when_upgraded(tmp_path: Path) -> Non
     with Catalog.open(db) as catalog:
         assert catalog.records.names() == {"ckpt-1-a"}
         assert catalog.audit() == ([_record("ckpt-1-a")], [])
+
+
+def test_the_pinned_schema_structure_is_the_schema_s() -> None:
+    assert structure_digest(_expected_structure()) == EXPECTED_STRUCTURE
