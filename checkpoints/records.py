@@ -248,6 +248,12 @@ class RecordDir:
         if self.fsync:
             sync_directory(self.path)
 
+    def set_aside(self, name: str) -> str:
+        """Rename a damaged record file out of the listing (`.damaged-<name>`); returns where."""
+        aside = os.path.join(self.path, f".damaged-{name}")
+        os.replace(os.path.join(self.path, name), aside)
+        return aside
+
     def discard_pending(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.path, PENDING_PREFIX + name))

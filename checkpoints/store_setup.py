@@ -53,7 +53,7 @@ def repair_catalog(store_dir: str | os.PathLike[str], *, lock_timeout: float = 6
     done: list[str] = []
     with RootLock(os.path.join(store, "gc.lock"), timeout=lock_timeout, purpose="repair"):
         try:
-            catalog = Catalog.open(path)
+            catalog = Catalog.open(path, check_records=False)
         except CatalogCorrupt as exc:
             aside = f"{path}.damaged-{int(time.time())}"
             for suffix in ("", "-wal", "-shm"):

@@ -26,6 +26,8 @@ from ckpt.checkpoints.records import (
     record_row,
 )
 from ckpt.checkpoints.service import Checkpoints
+from ckpt.checkpoints.store_setup import repair_catalog
+from ckpt.objstore import ObjectStore
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
 
@@ -88,6 +90,7 @@ def test_a_deleted_catalog_is_rebuilt_with_tracked_paths_at_open(tmp_path: Path)
 
 
 def test_a_catalog_lacking_a_record_file_is_corrupt_until_repaired(tmp_path: Path) -> None:
+    ObjectStore.init(str(tmp_path)).close()  # repair_catalog works on a store
     db = str(tmp_path / "catalog.db")
     with Catalog.open(db) as catalog:
         for i in range(3):
@@ -98,20 +101,27 @@ def test_a_catalog_lacking_a_record_file_is_corrupt_until_repaired(tmp_path: Pat
     raw.close()
     with pytest.raises(CatalogCorrupt, match="1 checkpoint record"):
         Catalog.open(db)
-    assert repair_catalog_of(tmp_path) == ["added checkpoint ckpt-1-x from its record file"]
+    assert repair_catalog(tmp_path) == ["added checkpoint ckpt-1-x from its record file"]
     with Catalog.open(db) as catalog:
         assert [r.id for r in catalog.history(session=None)] == ["ckpt-0-x", "ckpt-1-x",
                                                                  "ckpt-2-x"]
 
 
-def repair_catalog_of(store: Path) -> list[str]:
-    """`Catalog.repair` as `repair_catalog` runs it, on a catalog that refuses to open."""
-    catalog = Catalog.__new__(Catalog)
-    conn = sqlite3.connect(str(store / "catalog.db"), isolation_level=None,
-                           check_same_thread=False)
-    Catalog.__init__(catalog, conn, str(store / "catalog.db"))
-    with catalog:
-        return catalog.repair()
+def test_repair_sets_aside_a_damaged_record_file_no_row_holds(tmp_path: Path) -> None:
+    ObjectStore.init(str(tmp_path)).close()
+    db = str(tmp_path / "catalog.db")
+    with Catalog.open(db) as catalog:
+        for i in range(2):
+            catalog.add_checkpoint(_record(f"ckpt-{i}-x", at=T0 + timedelta(seconds=i)))
+    damaged = tmp_path / "records" / "ckpt-1-x"
+    damaged.write_bytes(damaged.read_bytes()[:-1] + b"?")
+    os.unlink(db)
+    with pytest.raises(CatalogCorrupt, match="1 checkpoint record"):  # rebuilt, but for one
+        Catalog.open(db)
+    done = repair_catalog(tmp_path)
+    assert len(done) == 1 and done[0].startswith("moved the damaged record file ckpt-1-x")
+    with Catalog.open(db) as catalog:
+        assert [r.id for r in catalog.history(session=None)] == ["ckpt-0-x"]
 
 
 def test_a_create_killed_between_its_record_and_its_row_leaves_neither(tmp_path: Path) -> None:
