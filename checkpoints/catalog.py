@@ -13,8 +13,8 @@ killed at any point leaves each record either wholly present or absent. With the
 returns: a checkpoint reported as created survives power loss. The caller must make the
 objects a record points to durable *before* adding it.
 
-The catalog is an index over the record files (records.py): each checkpoint's file is
-written inside its row's transaction and removed inside a prune's. A new database beside
+The catalog is an index over the record files (records.py; the comparisons are reindex.py's):
+each checkpoint's file is written inside its row's transaction and removed inside a prune's. A new database beside
 record files (the catalog deleted or emptied) is rebuilt from them as it is created; an
 existing one that lacks record files is `CatalogCorrupt` naming `ckpt fsck --repair`
 (`repair`), as is a row that fails its digest. On a full or read-only disk an existing catalog
@@ -41,10 +41,10 @@ import time
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
+from ckpt.checkpoints import reindex
 from ckpt.checkpoints.errors import (
     AmbiguousCheckpoint,
     CatalogCorrupt,
@@ -55,7 +55,6 @@ from ckpt.checkpoints.errors import (
 )
 from ckpt.checkpoints.model import CheckpointRecord, Event
 from ckpt.checkpoints.records import (
-    BadRecord,
     RecordDir,
     Row,
     dump_json,
@@ -66,6 +65,7 @@ from ckpt.checkpoints.records import (
     row_digest,
     to_us,
 )
+from ckpt.checkpoints.reindex import REPAIR_HINT
 from ckpt.objstore.atomicfile import sync_directory
 from ckpt.objstore.ids import hash_bytes
 
@@ -76,7 +76,6 @@ if TYPE_CHECKING:
 # 2: + restores (the journal of restores in progress; was a file per root)
 # 3: + checkpoints.digest (a row checksum) and a record file per checkpoint (records.py)
 SCHEMA_VERSION = 3
-REPAIR_HINT = "run 'ckpt fsck --repair' to rebuild the catalog from the record files"
 APPLICATION_ID = 0x636B7074  # "ckpt": marks the file as ours (`PRAGMA application_id`)
 DEFAULT_BUSY_TIMEOUT = 10.0
 MAX_CANDIDATES = 10
@@ -228,7 +227,7 @@ class Catalog:
         self._lock = threading.RLock()
         self.records = RecordDir.beside(path, fsync=fsync)
         self.readonly: OSError | None = None
-        self._select = _SELECT
+        self.select = _SELECT
         self.rebuilt = 0  # records this open rebuilt a new database from (catalog lost)
 
     @classmethod
@@ -265,7 +264,7 @@ class Catalog:
             raise
         try:
             if check_records:
-                catalog._reconcile()
+                reindex.reconcile(catalog)
         except BaseException:
             catalog.close()
             raise
@@ -326,7 +325,7 @@ class Catalog:
                 if not version:
                     # A new database beside record files: the catalog was deleted or emptied.
                     # Rebuilt in the creating transaction, so no other process sees it empty.
-                    self.rebuilt = len(self._adopt(conn))
+                    self.rebuilt = len(reindex.adopt(self, conn))
             self._check_structure(SCHEMA_VERSION)
         # The directory entry of a newly created database file must be durable too.
         sync_directory(os.path.dirname(os.path.abspath(self.path)))
@@ -341,7 +340,7 @@ class Catalog:
         rows = conn.execute(f"SELECT {_COLUMNS} FROM checkpoints").fetchall()
         conn.executemany("UPDATE checkpoints SET digest = ? WHERE id = ?",
                          ((row_digest(row), row[0]) for row in rows))
-        tracked = self._tracked_by_session(conn)
+        tracked = reindex.tracked_by_session(conn)
         names = self.records.names()
         try:
             for row in rows:
@@ -358,7 +357,7 @@ class Catalog:
             table = found.get("checkpoints")
             if isinstance(table, tuple) and table[0] == "table":
                 found["checkpoints"] = ("table", [*table[1], ("digest", "BLOB", 0, 0)])
-            self._select = f"SELECT {_COLUMNS}, NULL FROM checkpoints"
+            self.select = f"SELECT {_COLUMNS}, NULL FROM checkpoints"
         if not version or structure_digest(found) == EXPECTED_STRUCTURE:
             return
         expected = _expected_structure()
@@ -500,7 +499,7 @@ class Catalog:
         if not ref:
             raise UnknownCheckpoint(ref)
         with self._guard():
-            sql = f"{self._select} WHERE id = ?"
+            sql = f"{self.select} WHERE id = ?"
             rows = self._records(sql, (ref,))
             if rows:
                 return rows[0]
@@ -516,14 +515,14 @@ class Catalog:
     def history(self, *, session: str | None, turn_id: str | None = None,
                 reason: str | None = None, root: str | None = None) -> list[CheckpointRecord]:
         """Matching records, oldest first (created_at, then id). `session=None`: all."""
-        sql, params = _records_sql(select=self._select, session=session, turn_id=turn_id,
+        sql, params = _records_sql(select=self.select, session=session, turn_id=turn_id,
                                    reason=reason, root=root)
         with self._guard():
             return self._records(sql, params)
 
     def latest(self, *, session: str, turn_id: str | None = None,
                reason: str | None = None, root: str | None = None) -> CheckpointRecord | None:
-        sql, params = _records_sql(select=self._select, session=session, turn_id=turn_id,
+        sql, params = _records_sql(select=self.select, session=session, turn_id=turn_id,
                                    reason=reason, root=root, newest=True, limit=1)
         with self._guard():
             found = self._records(sql, params)
@@ -532,7 +531,7 @@ class Catalog:
     def later_than(self, record: CheckpointRecord) -> list[CheckpointRecord]:
         """Records of the same session and root after `record` in history order, oldest first."""
         us = to_us(record.created_at)
-        sql = (f"{self._select} WHERE session = ? AND root = ? AND "
+        sql = (f"{self.select} WHERE session = ? AND root = ? AND "
                "(created_us > ? OR (created_us = ? AND id > ?)) ORDER BY created_us, id")
         with self._guard():
             return self._records(sql, (record.session, os.fsencode(record.root), us, us, record.id))
@@ -571,171 +570,45 @@ class Catalog:
         return sorted(bytes(row[0]) for row in conn.execute(
             "SELECT path FROM tracked WHERE session = ?", (session,)))
 
-    @staticmethod
-    def _tracked_by_session(conn: sqlite3.Connection) -> dict[str, list[bytes]]:
-        found: dict[str, list[bytes]] = {}
-        for session, path in conn.execute("SELECT session, path FROM tracked ORDER BY path"):
-            found.setdefault(str(session), []).append(bytes(path))
-        return found
-
-    def _reconcile(self) -> None:
-        """At open: settle the records a killed create left pending, and refuse a catalog that
-        lacks record files (`CatalogCorrupt` naming the repair command). The test is one
-        listing and one count."""
-        names, pending = self.records.listing()
-        if pending and self.readonly is None:
-            with self._guard(), self._write() as conn:
-                # Under the write lock no create is between its pending file and its commit:
-                # a pending record with a row was committed, one without never will be.
-                committed = {record_name(str(row[0]))
-                             for row in conn.execute("SELECT id FROM checkpoints")}
-                for name in sorted(pending):
-                    if name in committed:
-                        self.records.publish(name)
-                        names.add(name)
-                    else:
-                        self.records.discard_pending(name)
-        if not names:
-            return
-        with self._guard():
-            rows = int(self._conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0])
-        if len(names) > rows:  # or a prune between the listing and the count: look again
-            lacking = self.unindexed_records() if self.readonly is None else names
-            if lacking:
-                raise CatalogCorrupt(self.path, f"{len(lacking)} checkpoint record(s) in "
-                                     f"{self.records.path} are not in the catalog; "
-                                     f"{REPAIR_HINT}")
-
     def unindexed_records(self) -> set[str]:
-        """The record files whose checkpoints the catalog lacks, looked at under the write
-        lock: no create or prune is half done meanwhile (each changes its files inside its
-        transaction, and a create names its file only once its row is committed)."""
-        with self._guard(), self._write() as conn:
-            known = {record_name(str(row[0])) for row in conn.execute("SELECT id FROM checkpoints")}
-            return self.records.names() - known
+        """Names of the record files whose checkpoints the catalog lacks (reindex.py)."""
+        return reindex.unindexed(self)
 
-    def adopt_records(self, *, now: datetime | None = None) -> list[str]:
-        """Add the record files' checkpoints that the catalog lacks, in one transaction (see
-        `_adopt`). Returns the ids added."""
-        with self._guard(), self._write() as conn:
-            return self._adopt(conn, now=now)
-
-    def _adopt(self, conn: sqlite3.Connection, *, now: datetime | None = None) -> list[str]:
-        """Add the record files' checkpoints that the catalog lacks (in the caller's write
-        transaction; a damaged file is skipped: `audit` reports it). A catalog that held no
-        checkpoint also gets each session's tracked paths from its newest record, and a
-        `catalog:rebuild` event per session. Returns the ids added."""
-        known = {record_name(str(row[0])) for row in conn.execute("SELECT id FROM checkpoints")}
-        empty = not known
-        added: list[str] = []
-        newest: dict[str, tuple[int, tuple[bytes, ...]]] = {}
-        per_session: dict[str, int] = {}
-        for name in sorted(self.records.names() - known):
-            try:
-                row, tracked, record = self.records.read(name)
-            except (BadRecord, FileNotFoundError):
-                continue
-            conn.execute(_INSERT, (*row, row_digest(row)))
-            added.append(record.id)
-            per_session[record.session] = per_session.get(record.session, 0) + 1
-            created = to_us(record.created_at)
-            if record.session not in newest or newest[record.session][0] <= created:
-                newest[record.session] = (created, tracked)
-        if empty and added:
-            for session, (_, tracked) in newest.items():
-                conn.executemany("INSERT OR IGNORE INTO tracked (session, path) VALUES (?, ?)",
-                                 ((session, p) for p in tracked))
-            when = now or datetime.now(UTC)
-            for session in sorted(newest):
-                self._insert_event(conn, Event("catalog:rebuild", when, session,
-                                               {"adopted": per_session[session]}))
-        return added
+    def adopt_records(self) -> list[str]:
+        """Add the record files' checkpoints the catalog lacks; the ids added (reindex.py)."""
+        with self.transaction() as conn:
+            return reindex.adopt(self, conn)
 
     def audit(self) -> tuple[list[CheckpointRecord], list[tuple[str, str]]]:
-        """Compare every row with its record file, tolerating damage: (the records whose rows
-        are sound, the problems as (where, what)). Never raises for a damaged row or file."""
-        problems: list[tuple[str, str]] = []
-        good: list[CheckpointRecord] = []
-        with self._guard():
-            checked = [str(row[0]) for row in self._conn.execute("PRAGMA integrity_check")]
-            rows = self._conn.execute(f"{self._select} ORDER BY created_us, id").fetchall()
-        if checked != ["ok"]:  # such as an index entry that no longer matches its row
-            problems.extend((self.path, f"integrity check: {line}; {REPAIR_HINT}")
-                            for line in checked[:10])
-        names = self.records.names()
-        seen: set[str] = set()
-        for row in rows:
-            columns = row[:-1]
-            name = record_name(str(columns[0]))
-            seen.add(name)
-            try:
-                record = self._parse(row)
-            except CatalogCorrupt as exc:
-                problems.append((self.path, f"{exc.reason}"))
-                continue
-            good.append(record)
-            if name not in names:
-                problems.append((self.records.file(record.id),
-                                 f"checkpoint {record.id} has no record file; {REPAIR_HINT}"))
-                continue
-            try:
-                file_row = self.records.read(name)[0]
-            except (BadRecord, FileNotFoundError, OSError) as exc:
-                problems.append((self.records.file(record.id), f"damaged record file: {exc}; "
-                                 f"{REPAIR_HINT}"))
-                continue
-            if tuple(file_row) != tuple(columns):
-                problems.append((self.path, f"checkpoint {record.id}: the catalog row differs "
-                                 f"from its record file; {REPAIR_HINT}"))
-        problems.extend((os.path.join(self.records.path, name),
-                         f"a checkpoint record the catalog lacks; {REPAIR_HINT}")
-                        for name in sorted(names - seen))
-        return good, problems
+        """(sound records, problems as (where, what)): rows against record files (fsck)."""
+        return reindex.audit(self)
 
     def repair(self) -> list[str]:
-        """Make rows and record files agree, the file winning where both are sound: adopt
-        the files the catalog lacks, rewrite damaged or differing rows from their files, and
-        write the files that are missing or damaged from sound rows. A row and file both
-        damaged are dropped (nothing sound is left of that checkpoint). Returns what it did,
-        one line per change."""
+        """Make rows and record files agree (fsck --repair); one line per change."""
+        return reindex.repair(self)
+
+    # -- for reindex.py -------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction, errors turned into ours."""
         with self._guard(), self._write() as conn:
-            conn.execute("REINDEX")  # indexes rebuilt from the rows, which are checked below
-        done = [f"added checkpoint {i} from its record file" for i in self.adopt_records()]
-        for name in sorted(self.unindexed_records()):  # left out by `_adopt`: unreadable
-            aside = self.records.set_aside(name)
-            done.append(f"moved the damaged record file {name} (no row holds its checkpoint) "
-                        f"to {aside}")
-        with self._guard(), self._write() as conn:
-            tracked = self._tracked_by_session(conn)
-            names = self.records.names()
-            for row in conn.execute(f"{self._select}").fetchall():
-                columns, digest = row[:-1], row[-1]
-                checkpoint_id = str(columns[0])
-                name = record_name(checkpoint_id)
-                try:
-                    sound = digest is not None and row_digest(columns) == digest
-                    parse_row(columns)
-                except (ValueError, TypeError, OverflowError):
-                    sound = False
-                try:
-                    file_row: Row | None = self.records.read(name)[0] if name in names else None
-                except (BadRecord, OSError):
-                    file_row = None
-                if file_row is not None and (not sound or tuple(file_row) != tuple(columns)):
-                    conn.execute("DELETE FROM checkpoints WHERE id = ?", (checkpoint_id,))
-                    if conn.execute("SELECT 1 FROM checkpoints WHERE id = ?",
-                                    (file_row[0],)).fetchone() is None:
-                        conn.execute(_INSERT, (*file_row, row_digest(file_row)))
-                    done.append(f"checkpoint {file_row[0]}: catalog row rewritten from its "
-                                "record file")
-                elif file_row is None and sound:
-                    self.records.write(columns, tracked.get(str(columns[1]), ()))
-                    done.append(f"checkpoint {checkpoint_id}: record file written")
-                elif file_row is None:
-                    conn.execute("DELETE FROM checkpoints WHERE id = ?", (checkpoint_id,))
-                    done.append(f"checkpoint {display_text(checkpoint_id)}: dropped (damaged "
-                                "row, no sound record file)")
-        return done
+            yield conn
+
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection for reads, errors turned into ours."""
+        with self._guard():
+            yield self._conn
+
+    def parse(self, row: Sequence[Any]) -> CheckpointRecord:
+        return self._parse(row)
+
+    def insert_row(self, conn: sqlite3.Connection, row: Row) -> None:
+        conn.execute(_INSERT, (*row, row_digest(row)))
+
+    def insert_event(self, conn: sqlite3.Connection, event: Event) -> None:
+        self._insert_event(conn, event)
 
     # -- tracked paths --------------------------------------------------------------------
 

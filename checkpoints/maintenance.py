@@ -18,11 +18,11 @@ from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ckpt.checkpoints.catalog import REPAIR_HINT
 from ckpt.checkpoints.errors import CatalogCorrupt
 from ckpt.checkpoints.journal import RestoreIntent, decode_intent, read_intent
 from ckpt.checkpoints.lock import RootLock
 from ckpt.checkpoints.model import Event
+from ckpt.checkpoints.reindex import REPAIR_HINT
 from ckpt.checkpoints.retention import select_prunable
 from ckpt.checkpoints.statcache import check_stat_cache
 from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace
