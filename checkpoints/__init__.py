@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from ckpt.checkpoints.reserve import make_room
     from ckpt.checkpoints.restoring import RestoreOptions
     from ckpt.checkpoints.service import STORE_NAME, Checkpoints, preload
-    from ckpt.checkpoints.store_setup import check_store
+    from ckpt.checkpoints.store_setup import check_store, repair_catalog
 
 # Submodules that import on any platform. The others need POSIX (fcntl, O_NOFOLLOW, ...) as
 # they import, so on Windows their names raise UnsupportedPlatform instead of an ImportError.
@@ -95,6 +95,7 @@ _WHERE: dict[str, str] = {
                     "reports"),
     **dict.fromkeys(("STORE_NAME", "Checkpoints", "preload"), "service"),
     "check_store": "store_setup",
+    "repair_catalog": "store_setup",
 }
 
 __all__ = [
@@ -146,6 +147,7 @@ __all__ = [
     "make_room",
     "preload",
     "read_config",
+    "repair_catalog",
     "set_config_value",
     "write_config",
 ]

@@ -23,6 +23,7 @@ from ckpt.checkpoints.journal import RestoreIntent, decode_intent, read_intent
 from ckpt.checkpoints.lock import RootLock
 from ckpt.checkpoints.model import Event
 from ckpt.checkpoints.restoring import read_journal
+from ckpt.checkpoints.reindex import REPAIR_HINT
 from ckpt.checkpoints.retention import select_prunable
 from ckpt.checkpoints.statcache import check_stat_cache
 from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace
@@ -89,6 +90,7 @@ class Maintenance:
             reserve.release(ws.store_dir)
         with RootLock(os.path.join(ws.store_dir, "gc.lock"),
                       timeout=max(ws.config.lock_timeout, 60.0), purpose="gc"):
+            self._refuse_unindexed_records()
             grace = ws.config.gc_grace_seconds if grace_seconds is None else grace_seconds
             # Targets of killed restores not yet completed are live, even if their record was
             # pruned meanwhile, or completing them would fail for good.
@@ -141,6 +143,18 @@ class Maintenance:
             return None
         return HeldBack(count, size, datetime.fromtimestamp(newest + grace, UTC), grace)
 
+    def _refuse_unindexed_records(self) -> None:
+        """gc marks from the catalog's rows: a record file the catalog lacks (a catalog lost
+        or replaced since this process opened it) would have its objects swept. Writers hold
+        the gc lock shared, so under gc's exclusive lock no create is between its file and
+        its row."""
+        catalog = self._ws.catalog
+        lacking = len(catalog.unindexed_records())
+        if lacking:
+            raise CatalogCorrupt(catalog.path, f"{lacking} checkpoint record(s) in "
+                                 f"{catalog.records.path} are not in the catalog; gc refuses "
+                                 f"to run; {REPAIR_HINT}")
+
     def _sweep_temporaries(self, older_than: float, journaled: set[bytes]) -> int:
         """Remove what a kill between writing and renaming left of the store's own small files
         (stat caches, journals, the gc generation), and the staging directories that no
@@ -184,15 +198,17 @@ class Maintenance:
                          fsync_file=True, fsync_dir=True, temp_prefix="gc-generation.tmp-")
 
     def fsck(self, *, full: bool) -> CheckReport:
+        """Objects, then the catalog against the record files (a row damaged or differing, a
+        record file missing, damaged or not in the catalog), restore journals, stat caches."""
         ws = self._ws
-        records = ws.catalog.history(session=None)
+        records, catalog_problems = ws.catalog.audit()
         from ckpt.checkpoints.reports import CheckReport  # noqa: PLC0415 (lazy: see the module)
         from ckpt.objstore.fsck import check_store  # noqa: PLC0415 (lazy: see the module)
 
         report = check_store(ws.objects, [r.tree for r in records], full=full)
         damaged = tuple(r.id for r in records if r.tree in report.damaged_roots)
         journals, caches = self._check_root_files()
-        return CheckReport(report, damaged, journals, caches)
+        return CheckReport(report, damaged, tuple(catalog_problems) + journals, caches)
 
     def _check_root_files(self) -> tuple[tuple[Finding, ...], tuple[Finding, ...]]:
         """Damaged restore journals (in the catalog, or an older ckpt's files) and stat caches

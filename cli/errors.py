@@ -126,6 +126,12 @@ def _message(code: int, hint: str | None = None) -> Rule:
     return lambda exc: Failure(code, show(exc), hint)
 
 
+def _catalog_corrupt(exc: Any) -> Failure:
+    # A catalog that names its repair needs no second hint ('fsck --full' would fail too).
+    repair = "fsck --repair" in str(getattr(exc, "reason", ""))
+    return Failure(CORRUPTION, show(exc), None if repair else _FSCK_HINT)
+
+
 def _config_error(exc: Any) -> Failure:
     # A problem in the file itself (read_config appends "(in <path>)", or names no key) is
     # fixed by editing the file: 'ckpt config set' reads (and so refuses) it too.
@@ -192,7 +198,7 @@ RULES: dict[str, Rule] = {
     # busy
     "ckpt.checkpoints.errors.StoreBusy": _store_busy,
     # corruption
-    "ckpt.checkpoints.errors.CatalogCorrupt": _message(CORRUPTION, _FSCK_HINT),
+    "ckpt.checkpoints.errors.CatalogCorrupt": _catalog_corrupt,
     "ckpt.objstore.errors.CorruptObject": _message(CORRUPTION, _FSCK_HINT),
     "ckpt.objstore.errors.ObjectNotFound": _message(CORRUPTION, _FSCK_HINT),
     "ckpt.objstore.errors.UnsupportedFormat": _message(CORRUPTION, "upgrade ckpt to open this store"),

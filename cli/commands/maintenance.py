@@ -161,17 +161,28 @@ def display_name(name: bytes | None) -> str | None:
 Examples:
   ckpt fsck            # every object the checkpoints need is present and sound
   ckpt fsck --full     # also re-hash every object in the store
+  ckpt fsck --repair   # first rebuild or mend the catalog from the record files
 """)
 @click.option("--full", is_flag=True,
               help="Read and verify every object (slow), not only what is reachable.")
+@click.option("--repair", is_flag=True,
+              help="First make the catalog agree with the record files (rebuilding a "
+                   "damaged or lost catalog), then check.")
 @json_option
 @pass_state
-def fsck(state: State, full: bool, as_json: bool) -> None:
+def fsck(state: State, full: bool, repair: bool, as_json: bool) -> None:
     """Check the store; exit 5 and list every damaged object and checkpoint if any."""
+    repaired: list[str] = []
+    if repair:
+        from ckpt.checkpoints import repair_catalog  # the library is imported lazily
+
+        repaired = repair_catalog(state.store_dir)
+        if not as_json:
+            write_lines([f"repaired: {line}" for line in repaired])
     check = state.open().fsck(full=full)
     objects = check.objects
     if as_json:
-        write_json({"ok": check.ok, "full": objects.full, "trees_checked": objects.trees_checked,
+        write_json({"ok": check.ok, "full": objects.full, "repaired": repaired, "trees_checked": objects.trees_checked,
                     "blobs_checked": objects.blobs_checked,
                     "objects_verified": objects.objects_verified,
                     "problems": [_damage_json(d) for d in objects.problems],

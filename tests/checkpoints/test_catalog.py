@@ -367,7 +367,7 @@ def test_a_schema_1_catalog_is_upgraded_in_place_keeping_its_rows(db_path: str) 
         catalog.journal_restore(b"/root", b"intent")
         assert catalog.restore_journal(b"/root") == b"intent"
     raw = sqlite3.connect(db_path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     raw.close()
 
 

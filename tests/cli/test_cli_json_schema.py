@@ -165,7 +165,7 @@ def test_gc_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
                "held_back": (dict, type(None))})
 
 
-FSCK = {"ok": bool, "full": bool, "trees_checked": int, "blobs_checked": int,
+FSCK = {"ok": bool, "full": bool, "repaired": list, "trees_checked": int, "blobs_checked": int,
         "objects_verified": int, "problems": list, "damaged_checkpoints": list,
         "damaged_files": list, "damaged_caches": list}
 

@@ -35,7 +35,9 @@ import msgpack
 import pytest
 from nobody import NOBODY, run_as_nobody  # tests/checkpoints is on pytest's `pythonpath`
 
+from ckpt.checkpoints.catalog import _COLUMNS
 from ckpt.checkpoints.errors import RestoreIncomplete
+from ckpt.checkpoints.records import row_digest
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.objstore import EntryKind, ObjectId, ObjectStore, hash_bytes
 
@@ -193,6 +195,11 @@ class Crafted:
     def point_record_at(self, tree: ObjectId) -> None:
         with sqlite3.connect(os.path.join(self.store, "catalog.db")) as db:
             db.execute("UPDATE checkpoints SET tree = ? WHERE id = ?", (tree, self.first))
+            # with its digest: a crafted tree behind a sound row, not a damaged row
+            row = db.execute(f"SELECT {_COLUMNS} FROM checkpoints WHERE id = ?",
+                             (self.first,)).fetchone()
+            db.execute("UPDATE checkpoints SET digest = ? WHERE id = ?",
+                       (row_digest(row), self.first))
 
     def nothing_written(self, before: dict[bytes, tuple[Any, ...]]) -> None:
         assert h.tree_state(self.root, with_inodes=True) == before
