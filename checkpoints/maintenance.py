@@ -22,8 +22,8 @@ from ckpt.checkpoints.errors import CatalogCorrupt, PruneIncomplete
 from ckpt.checkpoints.journal import RestoreIntent, decode_intent, read_intent
 from ckpt.checkpoints.lock import RootLock
 from ckpt.checkpoints.model import Event
-from ckpt.checkpoints.restoring import read_journal
 from ckpt.checkpoints.reindex import REPAIR_HINT
+from ckpt.checkpoints.restoring import read_journal
 from ckpt.checkpoints.retention import select_prunable
 from ckpt.checkpoints.statcache import check_stat_cache
 from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace
