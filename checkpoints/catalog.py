@@ -717,12 +717,19 @@ class Catalog:
 
     def rebind_root(self, old: str, new: str, *, event: Event | None = None) -> int:
         """Move the records and the restore journal of root `old` to root `new` (a workspace
-        that moved) and add `event`, in one transaction; the number of records moved."""
+        that moved) and add `event`, in one transaction; the number of records moved. Each
+        moved row gets its new digest, and its record file is rewritten after the commit (one
+        a kill leaves stale is what `fsck` reports and `--repair` rewrites from the row)."""
         with self._guard(), self._write() as conn:
-            moved = conn.execute("UPDATE checkpoints SET root = ? WHERE root = ?",
-                                 (os.fsencode(new), os.fsencode(old))).rowcount
+            rows = [(*row[:13], os.fsencode(new), *row[14:]) for row in conn.execute(
+                f"SELECT {_COLUMNS} FROM checkpoints WHERE root = ?", (os.fsencode(old),))]
+            conn.executemany("UPDATE checkpoints SET root = ?, digest = ? WHERE id = ?",
+                             ((os.fsencode(new), row_digest(row), row[0]) for row in rows))
             conn.execute("UPDATE OR REPLACE restores SET root = ? WHERE root = ?",
                          (os.fsencode(new), os.fsencode(old)))
             if event is not None:
                 self._insert_event(conn, event)
-        return int(moved)
+            tracked = reindex.tracked_by_session(conn)
+        for row in rows:
+            self.records.write(row, tracked.get(row[1], ()))
+        return len(rows)
