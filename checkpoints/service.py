@@ -360,11 +360,23 @@ class Checkpoints:
     def tracked(self) -> tuple[RelPath, ...]:
         return self.catalog.tracked(self.session)
 
-    def track(self, *paths: str | bytes, cwd: str | None = None) -> tuple[RelPath, ...]:
+    def track(self, *paths: str | bytes, cwd: str | None = None,
+              baseline: bool = True) -> tuple[RelPath, ...]:
         """Add `paths` to this session's tracked paths. A relative path is relative to the
-        root, or to `cwd` when given (the CLI passes its current directory)."""
+        root, or to `cwd` when given (the CLI passes its current directory).
+
+        A harness tracks a path right before its agent writes it, so the path's state now is
+        its state at every earlier checkpoint. With `baseline` (the default), when this adds a
+        path no tracked path covered yet and the session already has a checkpoint on this
+        root, a checkpoint of reason `track` records that state: a later restore to an earlier
+        checkpoint then puts the path back as it was (docs/DESIGN.md, "Snapshot scope")."""
+        before = set(self.tracked())
         new = {self._ws.user_rel(p, cwd) for p in paths}
-        self.catalog.set_tracked(self.session, sorted(set(self.tracked()) | new))
+        self.catalog.set_tracked(self.session, sorted(before | new))
+        covered = [p for p in new
+                   if not any(p == t or p.startswith(t + b"/") for t in before)]
+        if baseline and covered and self.latest() is not None:
+            self.create(reason="track", label=f"track {len(covered)} path(s)")
         return self.tracked()
 
     def untrack(self, *paths: str | bytes, cwd: str | None = None) -> tuple[RelPath, ...]:

@@ -79,8 +79,10 @@ def test_dry_run_plans_the_later_paths_and_changes_nothing(cp: Checkpoints, ws: 
 def test_discard_later_then_drops_the_later_checkpoints(cp: Checkpoints, ws: Path,
                                                         work: Any) -> None:
     k1, k2, k3 = _session(cp, ws, work)
+    baselines = {r.id for r in cp.history(reason="track")}  # what `track` recorded after k1
+    assert len(baselines) == 2
     report = cp.restore(k1, RestoreOptions(discard_later=True))
-    assert set(report.discarded) == {k2, k3}
+    assert set(report.discarded) == {k2, k3} | baselines
     assert [r.id for r in cp.list() if r.reason != "pre-restore"] == [k1]
     # Again: the pre-restore save is no earliest state (it holds what the agent left).
     again = cp.restore(k1)
@@ -140,3 +142,28 @@ def test_a_revert_killed_and_completed_reports_the_same_paths(
     assert report.later_tracked == (b"gen/out/data.txt", b"src/b.py", b"src/new.py")
     assert (ws / "src/b.py").read_bytes() == b"b = 1\n"
     assert not (ws / "src/new.py").exists()
+
+
+def test_a_path_tracked_and_written_within_a_turn_reverts_to_its_state_before_the_write(
+        cp: Checkpoints, ws: Path, work: Any) -> None:
+    """The harness tracks right before the write, in the middle of a turn: the state `track`
+    records is the path's state at the turn's checkpoint, so the revert puts it back."""
+    work.write("src/a.py", b"a\n")
+    work.write("src/mode.py", b"m\n")
+    cp.track("src/a.py")
+    k1 = cp.create(turn_id="t1").id
+    cp.track("src/mode.py", "src/fresh.py")  # the agent is about to write these
+    assert [r.reason for r in cp.history()][-1] == "track"
+    os.chmod(ws / "src/mode.py", 0o755)
+    work.write("src/mode.py", b"m2\n")
+    work.write("src/fresh.py", b"new\n")
+    cp.create(turn_id="t2")
+    report = cp.restore(k1)
+    assert set(report.later_tracked) == {b"src/fresh.py", b"src/mode.py"}
+    assert (ws / "src/mode.py").read_bytes() == b"m\n"
+    assert not os.stat(ws / "src/mode.py").st_mode & 0o111
+    assert not (ws / "src/fresh.py").exists()
+    before = len(cp.history())
+    cp.track("src/a.py", "src/fresh.py")  # already tracked: no new baseline
+    cp.track("src/deeper.py", baseline=False)
+    assert len(cp.history()) == before
