@@ -207,7 +207,8 @@ def read_manifest(root: Path) -> Manifest:
     """Every file, symlink and directory under ``root`` (never following symlinks).
 
     Directories are included so a restore that drops an empty directory, or leaves one the turn
-    created, is caught as well.
+    created, is caught as well. The root's `.ckpt` is left out: with the store elsewhere it is
+    ckpt's link to it (the workspace identity), not workspace content, as `.git` is git's.
     """
     manifest: Manifest = {}
     stack = [("", str(root))]
@@ -216,6 +217,8 @@ def read_manifest(root: Path) -> Manifest:
         with os.scandir(abs_dir) as it:
             for de in it:
                 rel = f"{rel_dir}{de.name}"
+                if rel == ".ckpt":
+                    continue
                 st = de.stat(follow_symlinks=False)
                 if stat.S_ISDIR(st.st_mode):
                     manifest[rel] = Entry("dir", False, "", "", st.st_ino, 0)  # dir mtimes churn
