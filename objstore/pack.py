@@ -85,6 +85,9 @@ class PackedBackend:
         # Full packs being sealed in the background (or whose seal failed), by name. Their
         # records stay in the table and are read through the pack file.
         self._sealing: dict[str, _Sealing] = {}
+        # Damaged records found by a put (by pack name): never loaded into the table again,
+        # whatever their pack's index on disk still says (see `forget_damaged`).
+        self._superseded: dict[str, set[bytes]] = {}
 
     # -- the index -------------------------------------------------------------------------
 
@@ -138,6 +141,9 @@ class PackedBackend:
             oids, locations, _ = packfile.read_index(self.packs_dir, name)
         except (FileNotFoundError, packfile.CorruptIndex):
             return False
+        dropped = self._superseded.get(name)
+        if dropped:
+            oids, locations = packfile.without_ids(oids, locations, dropped)
         table.add_index(name, oids, locations)
         return True
 
@@ -240,8 +246,7 @@ class PackedBackend:
                 return packfile.read_exactly(writer.fd, offset, length)
             fd = self._fds.get(name)
             if fd is None:  # kept open until the pack leaves the table, or close()
-                fd = self._fds[name] = os.open(pack_path(self.packs_dir, name),
-                                               os.O_RDONLY | os.O_CLOEXEC)
+                fd = self._fds[name] = packfile.open_pack(pack_path(self.packs_dir, name))
             self._reading[fd] = self._reading.get(fd, 0) + 1
         try:
             return packfile.read_exactly(fd, offset, length)
@@ -299,6 +304,65 @@ class PackedBackend:
         for oid in self._loose.iter_ids():
             if oid not in table:
                 yield oid
+
+    # -- integrity -----------------------------------------------------------------------
+
+    def check_stored(self, oid: ObjectId) -> bool | None:
+        """`Repairable.check_stored`: a packed copy's record header and crc (a record this
+        instance wrote is trusted); None for a loose copy (the store verifies its content)."""
+        found = self._find(oid)
+        if found is None:
+            return None
+        name, slot, offset, length = found
+        if slot == self._writer_slot or name in self._sealing:
+            return True
+        try:
+            record = self._read(name, slot, offset - packfile.RECORD.size,
+                                packfile.RECORD.size + length)
+        except EOFError:
+            return False
+        except FileNotFoundError:  # compacted by another process: the store reads it anew
+            return None
+        return packfile.check_record_bytes(record, oid, offset, length) is None
+
+    def forget_damaged(self, oid: ObjectId) -> None:
+        """`Repairable.forget_damaged`: a damaged loose copy is removed; a damaged packed copy
+        leaves this instance's table and, if its pack's lock can be taken, its pack's index
+        (rewritten without it), so other processes stop reading it too. The next put of `oid`
+        writes a fresh copy."""
+        with self._lock:
+            found = self._find(oid)
+            if found is None:
+                if self._loose.delete(oid):
+                    self._note_loose(oid, present=False)
+                return
+            name = found[0]
+            self._superseded.setdefault(name, set()).add(oid)
+            self._loaded().pop(oid)
+            try:
+                packfile.drop_from_index(self.packs_dir, name, {oid}, self.fsync)
+            except OSError:
+                pass  # best effort: this instance no longer reads it; fsck reports the record
+
+    def check_records(self) -> Iterator[tuple[ObjectId, str, str]]:
+        """`RecordChecking.check_records`: every record each published index names, against
+        its header and crc."""
+        self._catch_up()
+        indexed, _, _ = packfile.list_packs(self.packs_dir)
+        for name in sorted(indexed):
+            path = pack_path(self.packs_dir, name)
+            try:
+                entries = packfile.index_entries(self.packs_dir, name)
+                fd = packfile.open_pack(path)
+            except (FileNotFoundError, packfile.CorruptIndex):
+                continue  # compacted meanwhile, or an index that the next open rebuilds
+            try:
+                for oid, offset, length in entries:
+                    problem = packfile.check_record(fd, oid, offset, length)
+                    if problem is not None:
+                        yield oid, path, problem
+            finally:
+                os.close(fd)
 
     # -- writes --------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from ckpt.objstore.packfile import (
     index_path,
     iter_slice,
     list_packs,
+    open_pack,
     pack_path,
     try_lock,
 )
@@ -56,7 +57,7 @@ class _Source:
 def _take(directory: str, name: str, expect_mtime_ns: int | None) -> tuple[int, list[Entry]] | None:
     """Open and lock a published pack (and read its index), or None to leave it alone."""
     try:
-        fd = os.open(pack_path(directory, name), os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_pack(pack_path(directory, name))
     except FileNotFoundError:
         return None
     try:
