@@ -53,11 +53,14 @@ def write_atomically(
         finally:
             os.close(fd)
         replace(temp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(temp)
         except OSError:  # gone, or the directory refuses: the first failure is the one to tell
             pass
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            # A write or fsync of the descriptor names no file: name the one being written.
+            raise OSError(exc.errno, exc.strerror, path) from exc
         raise
     if fsync_dir:
         sync_directory(directory)

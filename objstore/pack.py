@@ -413,7 +413,11 @@ class PackedBackend:
             writer = self._writer = PackWriter(self.packs_dir, self.fsync)
             self._writer_slot = table.new_slot(writer.name)
             self._listed = self._listed | {writer.name}
-        offset = writer.append(oid, stored, crc)
+        try:
+            offset = writer.append(oid, stored, crc)
+        except OSError:
+            self._drop_failed(writer)
+            raise
         table.add_one(self._writer_slot, oid, offset, len(stored))
         if writer.size >= self.pack_size:
             self._seal_in_background()
@@ -434,16 +438,39 @@ class PackedBackend:
         return self._put_new(oid, b"".join(parts))
 
     def _seal(self) -> None:
-        """Publish every pack of this instance: wait for the background seals (raising the
-        first failure; a failed seal is retried by the next call), then seal the open pack.
-        Caller holds the lock."""
+        """Publish every pack of this instance: wait for the background seals, then seal the
+        open pack. A pack whose seal fails is removed with its objects (see `_drop_failed`)
+        and the first failure raised once all are done. Caller holds the lock."""
+        failure: OSError | None = None
         for name, sealing in list(self._sealing.items()):
-            sealing.finish()  # raises: the pack stays in _sealing, its objects in the table
+            try:
+                sealing.finish()
+            except OSError as exc:
+                sealing.writer.abandon()
+                failure = failure or exc
             del self._sealing[name]
-        if self._writer is not None:
-            self._writer.seal()
+        writer = self._writer
+        if writer is not None:
+            try:
+                writer.seal()
+            except OSError as exc:
+                writer.abandon()
+                failure = failure or exc
             self._writer = None
             self._writer_slot = -1
+        if failure is not None:
+            self._rebuild()
+            raise failure
+
+    def _drop_failed(self, writer: PackWriter) -> None:
+        """A write to the open pack failed (a full disk): remove the pack and forget its
+        objects, so that a failed write keeps none of its bytes. Nothing references them:
+        records are written only after a `sync()` succeeds, and a put or sync that raises
+        means everything put since the last successful `sync()` must be put again."""
+        writer.abandon()
+        self._writer = None
+        self._writer_slot = -1
+        self._rebuild()
 
     def _seal_in_background(self) -> None:
         """Hand the full open pack to a sealing thread; the next put opens a new one."""
@@ -580,16 +607,13 @@ class _Sealing:
             self.error = exc
 
     def finish(self) -> None:
-        """Wait for the seal and raise what it failed with; once that has been raised, the
-        next call seals again in the calling thread."""
+        """Wait for the seal and raise what it failed with."""
         if self.thread is not None:
             self.thread.join()
             self.thread = None
-            if self.error is None:
-                return
+        if self.error is not None:
             error, self.error = self.error, None
             raise error
-        self.writer.seal()
 
 
 def _try_recover(directory: str, name: str, fsync: FsyncPolicy) -> bool:

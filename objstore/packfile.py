@@ -28,6 +28,7 @@ import sys
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from operator import itemgetter
 from typing import BinaryIO, cast
 
@@ -433,42 +434,63 @@ class PackWriter:
         length = 0
         crc = 0
         try:
-            os.pwrite(self.fd, bytes(RECORD.size), start)
+            with naming(self.path):
+                os.pwrite(self.fd, bytes(RECORD.size), start)
             for chunk in chunks:
-                _write_all(self.fd, chunk, start + RECORD.size + length)
+                with naming(self.path):
+                    _write_all(self.fd, chunk, start + RECORD.size + length)
                 crc = zlib.crc32(chunk, crc)
                 length += len(chunk)
         except BaseException:
-            os.ftruncate(self.fd, start)
+            os.ftruncate(self.fd, start)  # frees the blocks the record took
             raise
         crc = zlib.crc32(oid + _LENGTH.pack(length), crc)
-        os.pwrite(self.fd, RECORD.pack(oid, length, crc), start)
-        self.flushed = self.size = start + RECORD.size + length
-        self.entries.append((oid, start + RECORD.size, length))
-        if self.fsync == "full":
-            os.fsync(self.fd)
+        with naming(self.path):
+            os.pwrite(self.fd, RECORD.pack(oid, length, crc), start)
+            self.flushed = self.size = start + RECORD.size + length
+            self.entries.append((oid, start + RECORD.size, length))
+            if self.fsync == "full":
+                os.fsync(self.fd)
         return start + RECORD.size
 
     def flush(self) -> None:
         if self._buffer:
-            _write_all(self.fd, self._buffer, self.flushed)
-            self.flushed += len(self._buffer)
-            self._buffer.clear()
-            if self.fsync == "full":
-                os.fsync(self.fd)
+            with naming(self.path):
+                _write_all(self.fd, self._buffer, self.flushed)
+                self.flushed += len(self._buffer)
+                self._buffer.clear()
+                if self.fsync == "full":
+                    os.fsync(self.fd)
 
     def seal(self) -> None:
-        """Make the pack durable (per policy), publish its index, and drop the lock."""
+        """Make the pack durable (per policy), publish its index, and drop the lock. If it
+        fails, the pack is still this writer's: `abandon` it."""
         self.flush()
         if self.fsync != "none":
-            os.fsync(self.fd)
+            with naming(self.path):
+                os.fsync(self.fd)
         write_index(self.directory, self.name, self.entries, self.size, self.fsync)
         os.close(self.fd)
+        self.fd = -1
 
     def abandon(self) -> None:
-        """Drop the pack and its records (nothing of it was published)."""
-        os.close(self.fd)
+        """Drop the pack and its records (nothing of it was published): a failed write leaves
+        none of its bytes on a full disk."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
         _unlink_quietly(self.path)
+
+
+@contextmanager
+def naming(path: str) -> Iterator[None]:
+    """An OSError of a call on a descriptor names no file (ENOSPC, EIO): name `path`."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, path) from exc
+        raise
 
 
 def _write_all(fd: int, data: bytes | bytearray, offset: int) -> None:
