@@ -459,7 +459,7 @@ class PackedBackend:
             self._writer = None
             self._writer_slot = -1
         if failure is not None:
-            self._rebuild()
+            self._table = None  # reloaded without the removed packs at the next use
             raise failure
 
     def _drop_failed(self, writer: PackWriter) -> None:
@@ -467,10 +467,10 @@ class PackedBackend:
         objects, so that a failed write keeps none of its bytes. Nothing references them:
         records are written only after a `sync()` succeeds, and a put or sync that raises
         means everything put since the last successful `sync()` must be put again."""
-        writer.abandon()
         self._writer = None
         self._writer_slot = -1
-        self._rebuild()
+        writer.abandon()
+        self._table = None  # reloaded at the next use: no IO on a failing disk now
 
     def _seal_in_background(self) -> None:
         """Hand the full open pack to a sealing thread; the next put opens a new one."""

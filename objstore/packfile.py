@@ -476,10 +476,14 @@ class PackWriter:
     def abandon(self) -> None:
         """Drop the pack and its records (nothing of it was published): a failed write leaves
         none of its bytes on a full disk."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        _unlink_quietly(self.path)
+        fd, self.fd = self.fd, -1
+        try:
+            if fd >= 0:
+                os.close(fd)
+            os.unlink(self.path)
+        except OSError:
+            pass  # a failing disk: the write's own error is the one to tell; a dead writer's
+            # pack is indexed or swept later
 
 
 @contextmanager

@@ -59,15 +59,22 @@ def put_all(store: ObjectStore, items: list[bytes]) -> list[ObjectId]:
     return oids
 
 
+def one_pack(tmp_path: Path, seed: int, count: int
+             ) -> tuple[list[bytes], list[ObjectId], str, str]:
+    """A closed store holding `count` seeded blobs in one pack: (blobs, ids, packs directory,
+    pack name)."""
+    store = packed_store(tmp_path)
+    items = blobs(seed, count)
+    oids = put_all(store, items)
+    store.close()
+    return items, oids, *only_pack(store)
+
+
 # -- dedup onto a damaged record (28.2) ---------------------------------------------------------
 
 
 def test_a_put_of_content_whose_packed_copy_is_damaged_stores_a_good_copy(tmp_path: Path) -> None:
-    store = packed_store(tmp_path)
-    items = blobs(1, 20)
-    oids = put_all(store, items)
-    store.close()
-    packs, name = only_pack(store)
+    items, oids, packs, name = one_pack(tmp_path, 1, 20)
     header, length = record_at(packs, name, oids[7])
     flip(f"{packs}/{name}.pack", header + RECORD.size + length // 2)
 
@@ -145,11 +152,7 @@ def test_an_intact_copy_found_present_is_checked_once_per_store_object(tmp_path:
 
 @pytest.mark.parametrize("where", ["body", "length", "id", "crc"])
 def test_a_lost_index_is_rebuilt_past_a_damaged_record(tmp_path: Path, where: str) -> None:
-    store = packed_store(tmp_path)
-    items = blobs(4, 120)
-    oids = put_all(store, items)
-    store.close()
-    packs, name = only_pack(store)
+    items, oids, packs, name = one_pack(tmp_path, 4, 120)
     victim = 40
     header, length = record_at(packs, name, oids[victim])
     offset = {"body": header + RECORD.size + length // 3, "id": header + 5,
@@ -165,11 +168,7 @@ def test_a_lost_index_is_rebuilt_past_a_damaged_record(tmp_path: Path, where: st
 
 
 def test_a_rebuild_skips_a_zero_filled_hole_and_keeps_what_follows(tmp_path: Path) -> None:
-    store = packed_store(tmp_path)
-    items = blobs(5, 60)
-    oids = put_all(store, items)
-    store.close()
-    packs, name = only_pack(store)
+    items, oids, packs, name = one_pack(tmp_path, 5, 60)
     first, _ = record_at(packs, name, oids[10])
     last, length = record_at(packs, name, oids[14])
     path = f"{packs}/{name}.pack"
@@ -190,11 +189,7 @@ def test_a_rebuild_skips_a_zero_filled_hole_and_keeps_what_follows(tmp_path: Pat
 
 @pytest.mark.parametrize("where", ["id", "length", "crc"])
 def test_full_fsck_reports_a_flipped_byte_in_a_record_header(tmp_path: Path, where: str) -> None:
-    store = packed_store(tmp_path)
-    items = blobs(6, 30)
-    oids = put_all(store, items)
-    store.close()
-    packs, name = only_pack(store)
+    items, oids, packs, name = one_pack(tmp_path, 6, 30)
     header, _ = record_at(packs, name, oids[12])
     flip(f"{packs}/{name}.pack", {"id": header + 3, "length": header + 33, "crc": header + 41}[where])
 
