@@ -8,10 +8,12 @@ Real processes on a small tmpfs (root only; skipped where it cannot be mounted).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
 import os
 import random
+import subprocess
 from collections.abc import Iterator
 
 import fault_helpers as h
@@ -25,11 +27,12 @@ pytestmark = pytest.mark.skipif(not h.can_mount(), reason="needs root to mount f
 @pytest.fixture
 def small_disk(base: str) -> Iterator[str]:
     mount = os.path.join(base, "small")
-    try:
-        with h.tmpfs(mount, "8m"):
-            yield mount
-    except OSError as exc:  # the mount command itself is missing
-        pytest.skip(f"cannot mount a tmpfs: {exc}")
+    with contextlib.ExitStack() as unmount:
+        try:
+            unmount.enter_context(h.tmpfs(mount, "8m"))
+        except (OSError, subprocess.CalledProcessError) as exc:  # no mount(8), not allowed
+            pytest.skip(f"cannot mount a tmpfs: {exc}")
+        yield mount
 
 
 def fill(root: str, rng: random.Random, *, files: int, size: int, prefix: str) -> None:
