@@ -99,7 +99,9 @@ class LockedRoot:
     def __init__(self, gc_lock: str, root_lock: str, *, timeout: float, purpose: str,
                  save_cache: Callable[[StatCache], None]) -> None:
         self._gc_lock = RootLock(gc_lock, timeout=timeout, shared=True, purpose=purpose)
-        self._root_lock = RootLock(root_lock, timeout=timeout, purpose=purpose)
+        # The gc lock is at the top of the store: no symlink below it is followed to the other.
+        self._root_lock = RootLock(root_lock, timeout=timeout, purpose=purpose,
+                                   beneath=os.path.dirname(gc_lock))
         self._locks = ExitStack()
         self._jobs: list[Job] = []
         self._mode = Bookkeeping.BEHIND

@@ -12,6 +12,7 @@ from ckpt.objstore.errors import (
     ObjstoreError,
     StoreNotFound,
     StoreWriteError,
+    UnsafeStore,
     UnsupportedFormat,
 )
 from ckpt.objstore.ids import ObjectId, hash_bytes, oid_hex, parse_oid
@@ -34,6 +35,7 @@ __all__ = [
     "StoreWriteError",
     "Tree",
     "TreeEntry",
+    "UnsafeStore",
     "UnsupportedFormat",
     "hash_bytes",
     "make_entry",

@@ -42,7 +42,8 @@ def write_atomically(
     directory = directory or "."
     prefix = f".tmp-{name}-" if temp_prefix is None else temp_prefix
     temp = os.path.join(directory, f"{prefix}{os.urandom(6).hex()}")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    # O_EXCL already refuses any existing name, a symlink included; O_NOFOLLOW says so.
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         try:
             for chunk in (data,) if isinstance(data, _BUFFERS) else data:
@@ -52,11 +53,14 @@ def write_atomically(
         finally:
             os.close(fd)
         replace(temp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(temp)
         except OSError:  # gone, or the directory refuses: the first failure is the one to tell
             pass
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            # A write or fsync of the descriptor names no file: name the one being written.
+            raise OSError(exc.errno, exc.strerror, path) from exc
         raise
     if fsync_dir:
         sync_directory(directory)

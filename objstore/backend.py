@@ -103,3 +103,31 @@ class LocatedBackend(Protocol):
     path (a write to an open descriptor) is reported as the store's, at `path`."""
 
     path: str
+
+
+@runtime_checkable
+class RecordChecking(Protocol):
+    """Optional capability of a backend whose stored copies carry their own framing check
+    (pack records: id, length, crc), which fsck --full compares with what the index says."""
+
+    def check_records(self) -> Iterator[tuple[ObjectId, str, str]]:
+        """(id, file, problem) for every stored copy whose framing disagrees with the index
+        or the bytes."""
+        ...
+
+
+@runtime_checkable
+class Repairable(Protocol):
+    """Optional capability: a put that finds its id present asks whether the stored copy is
+    intact before trusting it, and replaces a damaged one (its good bytes are at hand)."""
+
+    def check_stored(self, oid: ObjectId) -> bool | None:
+        """Whether the copy reads return passes the backend's own framing check (False:
+        damaged); None when there is no such check for it (then the store verifies the
+        content). Cheap: one read of the stored bytes, never decompression or hashing."""
+        ...
+
+    def forget_damaged(self, oid: ObjectId) -> None:
+        """Drop the damaged copy that reads return, so the next put stores a fresh one that
+        reads return from then on."""
+        ...

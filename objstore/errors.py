@@ -80,3 +80,17 @@ class StoreWriteError(ObjstoreError):
     def __init__(self, error: OSError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+class UnsafeStore(ObjstoreError):
+    """A file or directory of the store is a symlink (or not the kind the layout says): the
+    store never follows one, since whoever planted it could point it at any file the user can
+    write. Raised when the store is opened and whenever such a path is met later."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(path, reason)
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"unsafe store: {self.path} {self.reason} (ckpt never follows symlinks in its store)"

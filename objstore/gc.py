@@ -8,6 +8,7 @@ and sweeps. A damaged tree aborts the sweep: unknown references must not be coll
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -26,6 +27,11 @@ class GcReport:
     objects_young: int  # unreachable but inside the grace period
     temporaries_removed: int
     dry_run: bool
+    # The compaction's error when the disk had no room for it (ENOSPC, EDQUOT; it names the
+    # pack being written). What needed no room (loose objects, packs of garbage only) and
+    # every pack rewritten before it ran out was freed and is counted above; the rest is
+    # intact and stays garbage for the next gc.
+    compaction_error: OSError | None = None
 
 
 def find_reachable(store: ObjectStore, roots: Iterable[ObjectId]) -> set[ObjectId]:
@@ -50,6 +56,7 @@ def collect_garbage(
     backend = store.backend
     cutoff = now - grace_seconds
     removed = freed = young = 0
+    swept: list[tuple[ObjectId, int]] = []
     for oid in backend.iter_ids():
         if oid in live:
             continue
@@ -60,11 +67,22 @@ def collect_garbage(
         if info.mtime >= cutoff:
             young += 1
             continue
+        size = info.size if dry_run else backend.delete(oid)
+        swept.append((oid, size))
         removed += 1
-        freed += info.size if dry_run else backend.delete(oid)
+        freed += size
     temporaries = 0 if dry_run else backend.sweep_temporaries(cutoff)
+    error: OSError | None = None
     if not dry_run and isinstance(backend, Compactable):
-        backend.compact()  # packed deletions take effect here; loose objects get packed
+        try:
+            backend.compact()  # packed deletions take effect here; loose objects get packed
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            error = exc
+            kept = [(oid, size) for oid, size in swept if backend.has(oid)]
+            removed -= len(kept)
+            freed -= sum(size for _, size in kept)
     if removed and not dry_run:
         store.forget_cached()
-    return GcReport(removed, freed, len(live), young, temporaries, dry_run)
+    return GcReport(removed, freed, len(live), young, temporaries, dry_run, error)

@@ -21,6 +21,7 @@ from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.backend import FsyncPolicy, ObjectStat
 from ckpt.objstore.errors import ObjectNotFound
 from ckpt.objstore.ids import HEX_SIZE, ObjectId
+from ckpt.objstore.safeopen import check_directories, open_file
 
 _TEMP_PREFIX = ".tmp-"
 _HEX_CHARS = frozenset("0123456789abcdef")
@@ -55,7 +56,7 @@ def _fsync_all(paths: list[str]) -> None:
 
 def _fsync_path(path: str) -> None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_file(path, os.O_RDONLY)
     except FileNotFoundError:
         return
     try:
@@ -88,17 +89,23 @@ class LocalBackend:
         return True
 
     def get(self, oid: ObjectId) -> bytes:
-        try:
-            with open(self._object_path(oid), "rb") as stream:
-                return stream.read()
-        except FileNotFoundError:
-            raise ObjectNotFound(oid) from None
+        with self.open(oid) as stream:
+            return stream.read()
 
     def open(self, oid: ObjectId) -> BinaryIO:
         try:
-            return open(self._object_path(oid), "rb")
+            fd = open_file(self._object_path(oid), os.O_RDONLY)
         except FileNotFoundError:
             raise ObjectNotFound(oid) from None
+        return open(fd, "rb")
+
+    def check_stored(self, oid: ObjectId) -> bool | None:
+        """`Repairable.check_stored`: a loose object has no framing of its own to check."""
+        return None
+
+    def forget_damaged(self, oid: ObjectId) -> None:
+        """`Repairable.forget_damaged`: the damaged file goes; the next put writes it anew."""
+        self.delete(oid)
 
     def put(self, oid: ObjectId, stored: bytes) -> bool:
         return self.put_stream(oid, (stored,))
@@ -109,6 +116,7 @@ class LocalBackend:
             return False
         directory = final[: final.rfind("/")]
         if directory not in self._made_dirs:
+            check_directories((directory,))  # a planted symlink would take the write elsewhere
             if not os.path.isdir(directory):
                 os.makedirs(directory, exist_ok=True)
                 self._unsynced_dirs.add(self.path)  # now names a new fan-out directory

@@ -49,6 +49,12 @@ class MemoryBackend:
         self._objects[oid] = (data, self._clock())
         return True
 
+    def check_stored(self, oid: ObjectId) -> bool | None:
+        return None
+
+    def forget_damaged(self, oid: ObjectId) -> None:
+        self.delete(oid)
+
     def delete(self, oid: ObjectId) -> int:
         found = self._objects.pop(oid, None)
         return 0 if found is None else len(found[0])

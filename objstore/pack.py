@@ -85,6 +85,9 @@ class PackedBackend:
         # Full packs being sealed in the background (or whose seal failed), by name. Their
         # records stay in the table and are read through the pack file.
         self._sealing: dict[str, _Sealing] = {}
+        # Damaged records found by a put (by pack name): never loaded into the table again,
+        # whatever their pack's index on disk still says (see `forget_damaged`).
+        self._superseded: dict[str, set[bytes]] = {}
 
     # -- the index -------------------------------------------------------------------------
 
@@ -138,6 +141,9 @@ class PackedBackend:
             oids, locations, _ = packfile.read_index(self.packs_dir, name)
         except (FileNotFoundError, packfile.CorruptIndex):
             return False
+        dropped = self._superseded.get(name)
+        if dropped:
+            oids, locations = packfile.without_ids(oids, locations, dropped)
         table.add_index(name, oids, locations)
         return True
 
@@ -240,8 +246,7 @@ class PackedBackend:
                 return packfile.read_exactly(writer.fd, offset, length)
             fd = self._fds.get(name)
             if fd is None:  # kept open until the pack leaves the table, or close()
-                fd = self._fds[name] = os.open(pack_path(self.packs_dir, name),
-                                               os.O_RDONLY | os.O_CLOEXEC)
+                fd = self._fds[name] = packfile.open_pack(pack_path(self.packs_dir, name))
             self._reading[fd] = self._reading.get(fd, 0) + 1
         try:
             return packfile.read_exactly(fd, offset, length)
@@ -300,6 +305,65 @@ class PackedBackend:
             if oid not in table:
                 yield oid
 
+    # -- integrity -----------------------------------------------------------------------
+
+    def check_stored(self, oid: ObjectId) -> bool | None:
+        """`Repairable.check_stored`: a packed copy's record header and crc (a record this
+        instance wrote is trusted); None for a loose copy (the store verifies its content)."""
+        found = self._find(oid)
+        if found is None:
+            return None
+        name, slot, offset, length = found
+        if slot == self._writer_slot or name in self._sealing:
+            return True
+        try:
+            record = self._read(name, slot, offset - packfile.RECORD.size,
+                                packfile.RECORD.size + length)
+        except EOFError:
+            return False
+        except FileNotFoundError:  # compacted by another process: the store reads it anew
+            return None
+        return packfile.check_record_bytes(record, oid, offset, length) is None
+
+    def forget_damaged(self, oid: ObjectId) -> None:
+        """`Repairable.forget_damaged`: a damaged loose copy is removed; a damaged packed copy
+        leaves this instance's table and, if its pack's lock can be taken, its pack's index
+        (rewritten without it), so other processes stop reading it too. The next put of `oid`
+        writes a fresh copy."""
+        with self._lock:
+            found = self._find(oid)
+            if found is None:
+                if self._loose.delete(oid):
+                    self._note_loose(oid, present=False)
+                return
+            name = found[0]
+            self._superseded.setdefault(name, set()).add(oid)
+            self._loaded().pop(oid)
+            try:
+                packfile.drop_from_index(self.packs_dir, name, {oid}, self.fsync)
+            except OSError:
+                pass  # best effort: this instance no longer reads it; fsck reports the record
+
+    def check_records(self) -> Iterator[tuple[ObjectId, str, str]]:
+        """`RecordChecking.check_records`: every record each published index names, against
+        its header and crc."""
+        self._catch_up()
+        indexed, _, _ = packfile.list_packs(self.packs_dir)
+        for name in sorted(indexed):
+            path = pack_path(self.packs_dir, name)
+            try:
+                entries = packfile.index_entries(self.packs_dir, name)
+                fd = packfile.open_pack(path)
+            except (FileNotFoundError, packfile.CorruptIndex):
+                continue  # compacted meanwhile, or an index that the next open rebuilds
+            try:
+                for oid, offset, length in entries:
+                    problem = packfile.check_record(fd, oid, offset, length)
+                    if problem is not None:
+                        yield oid, path, problem
+            finally:
+                os.close(fd)
+
     # -- writes --------------------------------------------------------------------------
 
     def put(self, oid: ObjectId, stored: bytes) -> bool:
@@ -349,7 +413,11 @@ class PackedBackend:
             writer = self._writer = PackWriter(self.packs_dir, self.fsync)
             self._writer_slot = table.new_slot(writer.name)
             self._listed = self._listed | {writer.name}
-        offset = writer.append(oid, stored, crc)
+        try:
+            offset = writer.append(oid, stored, crc)
+        except OSError:
+            self._drop_failed(writer)
+            raise
         table.add_one(self._writer_slot, oid, offset, len(stored))
         if writer.size >= self.pack_size:
             self._seal_in_background()
@@ -370,16 +438,39 @@ class PackedBackend:
         return self._put_new(oid, b"".join(parts))
 
     def _seal(self) -> None:
-        """Publish every pack of this instance: wait for the background seals (raising the
-        first failure; a failed seal is retried by the next call), then seal the open pack.
-        Caller holds the lock."""
+        """Publish every pack of this instance: wait for the background seals, then seal the
+        open pack. A pack whose seal fails is removed with its objects (see `_drop_failed`)
+        and the first failure raised once all are done. Caller holds the lock."""
+        failure: OSError | None = None
         for name, sealing in list(self._sealing.items()):
-            sealing.finish()  # raises: the pack stays in _sealing, its objects in the table
+            try:
+                sealing.finish()
+            except OSError as exc:
+                sealing.writer.abandon()
+                failure = failure or exc
             del self._sealing[name]
-        if self._writer is not None:
-            self._writer.seal()
+        writer = self._writer
+        if writer is not None:
+            try:
+                writer.seal()
+            except OSError as exc:
+                writer.abandon()
+                failure = failure or exc
             self._writer = None
             self._writer_slot = -1
+        if failure is not None:
+            self._table = None  # reloaded without the removed packs at the next use
+            raise failure
+
+    def _drop_failed(self, writer: PackWriter) -> None:
+        """A write to the open pack failed (a full disk): remove the pack and forget its
+        objects, so that a failed write keeps none of its bytes. Nothing references them:
+        records are written only after a `sync()` succeeds, and a put or sync that raises
+        means everything put since the last successful `sync()` must be put again."""
+        self._writer = None
+        self._writer_slot = -1
+        writer.abandon()
+        self._table = None  # reloaded at the next use: no IO on a failing disk now
 
     def _seal_in_background(self) -> None:
         """Hand the full open pack to a sealing thread; the next put opens a new one."""
@@ -516,16 +607,13 @@ class _Sealing:
             self.error = exc
 
     def finish(self) -> None:
-        """Wait for the seal and raise what it failed with; once that has been raised, the
-        next call seals again in the calling thread."""
+        """Wait for the seal and raise what it failed with."""
         if self.thread is not None:
             self.thread.join()
             self.thread = None
-            if self.error is None:
-                return
+        if self.error is not None:
             error, self.error = self.error, None
             raise error
-        self.writer.seal()
 
 
 def _try_recover(directory: str, name: str, fsync: FsyncPolicy) -> bool:

@@ -28,12 +28,14 @@ import sys
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from operator import itemgetter
 from typing import BinaryIO, cast
 
 from ckpt.objstore.atomicfile import sync_directory, write_atomically
 from ckpt.objstore.backend import FsyncPolicy
 from ckpt.objstore.ids import OID_SIZE, ObjectId, hash_bytes
+from ckpt.objstore.safeopen import open_file
 
 PACK_MAGIC = b"CKPACK\x00\x01"
 INDEX_MAGIC = b"CKPIDX\x00\x01"
@@ -117,8 +119,14 @@ def decode_index(data: bytes) -> tuple[bytes, array[int], int]:
 
 def read_index(directory: str, name: str) -> tuple[bytes, array[int], int]:
     """`FileNotFoundError` if absent, `CorruptIndex` if damaged."""
-    with open(index_path(directory, name), "rb") as stream:
+    fd = open_file(index_path(directory, name), os.O_RDONLY)
+    with open(fd, "rb") as stream:
         return decode_index(stream.read())
+
+
+def open_pack(path: str) -> int:
+    """A read-only descriptor of a pack (never through a symlink)."""
+    return open_file(path, os.O_RDONLY)
 
 
 def index_entries(directory: str, name: str) -> list[Entry]:
@@ -192,35 +200,144 @@ class _SliceReader(io.RawIOBase):
 
 def open_slice(path: str, offset: int, length: int) -> BinaryIO:
     """A buffered reader of one record's stored bytes; `FileNotFoundError` if the pack is gone."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = open_pack(path)
     buffer = max(1, min(length, 64 << 10))  # large reads bypass it; small objects stay small
     return cast(BinaryIO, io.BufferedReader(_SliceReader(fd, offset, length), buffer))
 
 
-def scan_pack(fd: int) -> tuple[list[Entry], int]:
-    """Every intact record from the start, and where the intact part ends.
+def check_record(fd: int, oid: bytes, offset: int, length: int) -> str | None:
+    """Why the record an index places at `offset` (its stored bytes) is not intact, or None:
+    its header must name `oid` and `length` and its crc must match. One read of the record."""
+    if offset < len(PACK_MAGIC) + RECORD.size:
+        return f"the index places a record at offset {offset}, inside the pack header"
+    try:
+        record = read_exactly(fd, offset - RECORD.size, RECORD.size + length)
+    except EOFError as exc:
+        return str(exc)
+    return check_record_bytes(record, oid, offset, length)
 
-    Stops at the first record that is torn (runs past the end) or fails its crc: what follows
-    a damaged record cannot be trusted to be framed correctly either.
+
+def check_record_bytes(record: bytes, oid: bytes, offset: int, length: int) -> str | None:
+    """`check_record` of a record already read (header and stored bytes)."""
+    found, found_length, crc = RECORD.unpack_from(record)
+    at = offset - RECORD.size
+    if found != oid:
+        return f"record header at offset {at} names {found.hex()}"
+    if found_length != length:
+        return f"record header at offset {at} says {found_length} bytes, the index {length}"
+    if record_crc(oid, memoryview(record)[RECORD.size:]) != crc:
+        return f"record at offset {at} fails its crc"
+    return None
+
+
+def without_ids(oids: bytes, locations: array[int], dropped: set[bytes]
+                ) -> tuple[bytes, array[int]]:
+    """An index's (oids, locations) without the entries of `dropped`."""
+    keep_oids: list[bytes] = []
+    keep_locations = array("Q")
+    for n, (oid,) in enumerate(struct.iter_unpack("32s", oids)):
+        if oid not in dropped:
+            keep_oids.append(oid)
+            keep_locations.extend(locations[2 * n : 2 * n + 2])
+    return b"".join(keep_oids), keep_locations
+
+
+def drop_from_index(directory: str, name: str, dropped: set[bytes], fsync: FsyncPolicy) -> bool:
+    """Rewrite a published pack's index without the entries of `dropped` (damaged records
+    superseded by fresh copies elsewhere), under the pack's lock; False if another process
+    holds the lock (a compactor) or the pack is gone. The pack's bytes stay as they are."""
+    try:
+        fd = open_pack(pack_path(directory, name))
+    except FileNotFoundError:
+        return False
+    try:
+        if not try_lock(fd):
+            return False
+        oids, locations, size = read_index(directory, name)
+        entries = [
+            (ObjectId(oid), locations[2 * n], locations[2 * n + 1])
+            for n, (oid,) in enumerate(struct.iter_unpack("32s", oids)) if oid not in dropped
+        ]
+        write_index(directory, name, entries, size, fsync)
+        return True
+    except (FileNotFoundError, CorruptIndex):
+        return False
+    finally:
+        os.close(fd)
+
+
+def scan_pack(fd: int) -> tuple[list[Entry], int]:
+    """Every intact record, and where the last intact record ends.
+
+    A record is intact when it fits in the pack and its crc (over id, length and stored bytes)
+    checks. Past a record that is torn or damaged the scan resynchronises: it looks forward
+    for the next offset where an intact record starts, so one damaged record loses only
+    itself. Candidates are offsets whose length field is below 2**40 (its top three bytes are
+    zero: found by `bytes.find`, not a byte-by-byte loop) and whose record fits in the pack.
     """
     size = os.fstat(fd).st_size
     if size < len(PACK_MAGIC) or os.pread(fd, len(PACK_MAGIC), 0) != PACK_MAGIC:
         return [], 0
     entries: list[Entry] = []
-    position = len(PACK_MAGIC)
+    position = end = len(PACK_MAGIC)
     while position + RECORD.size <= size:
-        oid, length, crc = RECORD.unpack(os.pread(fd, RECORD.size, position))
-        start = position + RECORD.size
-        if start + length > size:
-            break
-        check = 0
-        for part in iter_slice(fd, start, length):
-            check = zlib.crc32(part, check)
-        if zlib.crc32(oid + _LENGTH.pack(length), check) != crc:
-            break
-        entries.append((ObjectId(oid), start, length))
-        position = start + length
-    return entries, position
+        length = _intact_length(fd, position, size)
+        if length is None:
+            found = _next_intact(fd, position + 1, size)
+            if found is None:
+                break
+            position = found
+            continue
+        oid = os.pread(fd, OID_SIZE, position)
+        entries.append((ObjectId(oid), position + RECORD.size, length))
+        position = end = position + RECORD.size + length
+    return entries, end
+
+
+def _intact_length(fd: int, position: int, size: int) -> int | None:
+    """The length of the intact record at `position`, or None if there is none there."""
+    oid, length, crc = RECORD.unpack(os.pread(fd, RECORD.size, position))
+    start = position + RECORD.size
+    if start + length > size:
+        return None
+    check = 0
+    for part in iter_slice(fd, start, length):
+        check = zlib.crc32(part, check)
+    return length if zlib.crc32(oid + _LENGTH.pack(length), check) == crc else None
+
+
+_RESYNC_WINDOW = 1 << 20
+_LENGTH_TOP = bytes(3)  # the top bytes of a record's u64 length (below 1 TiB)
+_TOP_AT = OID_SIZE + 5  # where they sit in a record header
+
+
+def _next_intact(fd: int, start: int, size: int) -> int | None:
+    """The first offset at or after `start` where an intact record begins, or None."""
+    window_at = -1
+    window = b""
+    candidate = start
+    while candidate + RECORD.size <= size:
+        if not window_at <= candidate + _TOP_AT < window_at + len(window) - 2:
+            window_at = candidate + _TOP_AT
+            window = os.pread(fd, _RESYNC_WINDOW, window_at)
+        hit = window.find(_LENGTH_TOP, candidate + _TOP_AT - window_at)
+        if hit < 0:
+            candidate = window_at + max(len(window) - 2, 1) - _TOP_AT
+            if len(window) < 3:
+                return None
+            continue
+        candidate = window_at + hit - _TOP_AT
+        if candidate + RECORD.size > size:
+            return None
+        header = os.pread(fd, RECORD.size, candidate)
+        if not any(header):  # zero fill: skip to the first header that reaches past it
+            nonzero = len(window) - len(window[hit:].lstrip(b"\x00"))
+            candidate = max(candidate + 1, window_at + nonzero - RECORD.size + 1)
+            continue
+        if _intact_length(fd, candidate, size) is not None:
+            return candidate
+        candidate += 1
+    return None
 
 
 def try_lock(fd: int) -> bool:
@@ -240,7 +357,7 @@ def recover_pack(directory: str, name: str, fsync: FsyncPolicy) -> bool:
     """
     path = pack_path(directory, name)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_pack(path)
     except FileNotFoundError:
         return False
     try:
@@ -284,7 +401,7 @@ class PackWriter:
         # that holds its lock; the rename only hides a pack with no magic yet. A pack becomes
         # visible when its index is published (`seal`), and that write is atomic.
         temp = f"{directory}/{TEMP_PREFIX}{self.name}.pack"
-        self.fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+        self.fd = open_file(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o444)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX)
             os.write(self.fd, PACK_MAGIC)
@@ -317,42 +434,67 @@ class PackWriter:
         length = 0
         crc = 0
         try:
-            os.pwrite(self.fd, bytes(RECORD.size), start)
+            with naming(self.path):
+                os.pwrite(self.fd, bytes(RECORD.size), start)
             for chunk in chunks:
-                _write_all(self.fd, chunk, start + RECORD.size + length)
+                with naming(self.path):
+                    _write_all(self.fd, chunk, start + RECORD.size + length)
                 crc = zlib.crc32(chunk, crc)
                 length += len(chunk)
         except BaseException:
-            os.ftruncate(self.fd, start)
+            os.ftruncate(self.fd, start)  # frees the blocks the record took
             raise
         crc = zlib.crc32(oid + _LENGTH.pack(length), crc)
-        os.pwrite(self.fd, RECORD.pack(oid, length, crc), start)
-        self.flushed = self.size = start + RECORD.size + length
-        self.entries.append((oid, start + RECORD.size, length))
-        if self.fsync == "full":
-            os.fsync(self.fd)
+        with naming(self.path):
+            os.pwrite(self.fd, RECORD.pack(oid, length, crc), start)
+            self.flushed = self.size = start + RECORD.size + length
+            self.entries.append((oid, start + RECORD.size, length))
+            if self.fsync == "full":
+                os.fsync(self.fd)
         return start + RECORD.size
 
     def flush(self) -> None:
         if self._buffer:
-            _write_all(self.fd, self._buffer, self.flushed)
-            self.flushed += len(self._buffer)
-            self._buffer.clear()
-            if self.fsync == "full":
-                os.fsync(self.fd)
+            with naming(self.path):
+                _write_all(self.fd, self._buffer, self.flushed)
+                self.flushed += len(self._buffer)
+                self._buffer.clear()
+                if self.fsync == "full":
+                    os.fsync(self.fd)
 
     def seal(self) -> None:
-        """Make the pack durable (per policy), publish its index, and drop the lock."""
+        """Make the pack durable (per policy), publish its index, and drop the lock. If it
+        fails, the pack is still this writer's: `abandon` it."""
         self.flush()
         if self.fsync != "none":
-            os.fsync(self.fd)
+            with naming(self.path):
+                os.fsync(self.fd)
         write_index(self.directory, self.name, self.entries, self.size, self.fsync)
         os.close(self.fd)
+        self.fd = -1
 
     def abandon(self) -> None:
-        """Drop the pack and its records (nothing of it was published)."""
-        os.close(self.fd)
-        _unlink_quietly(self.path)
+        """Drop the pack and its records (nothing of it was published): a failed write leaves
+        none of its bytes on a full disk."""
+        fd, self.fd = self.fd, -1
+        try:
+            if fd >= 0:
+                os.close(fd)
+            os.unlink(self.path)
+        except OSError:
+            pass  # a failing disk: the write's own error is the one to tell; a dead writer's
+            # pack is indexed or swept later
+
+
+@contextmanager
+def naming(path: str) -> Iterator[None]:
+    """An OSError of a call on a descriptor names no file (ENOSPC, EIO): name `path`."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, path) from exc
+        raise
 
 
 def _write_all(fd: int, data: bytes | bytearray, offset: int) -> None:

@@ -32,6 +32,7 @@ from ckpt.objstore.packfile import (
     index_path,
     iter_slice,
     list_packs,
+    open_pack,
     pack_path,
     try_lock,
 )
@@ -56,7 +57,7 @@ class _Source:
 def _take(directory: str, name: str, expect_mtime_ns: int | None) -> tuple[int, list[Entry]] | None:
     """Open and lock a published pack (and read its index), or None to leave it alone."""
     try:
-        fd = os.open(pack_path(directory, name), os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_pack(pack_path(directory, name))
     except FileNotFoundError:
         return None
     try:
@@ -83,6 +84,13 @@ def compact_packs(
 
     `packed` answers whether an id is in a pack that stays (a loose copy of it is dropped).
     Returns the apparent bytes reclaimed (sources removed minus packs written).
+
+    Built to work on a full disk: packs left with no live record are removed first (that
+    needs no room), then each pack with deletions is rewritten on its own and removed before
+    the next, those needing the least room first, so a rewrite needs room for one pack's live
+    records at a time and frees its garbage before the next starts. A rewrite that runs out
+    of space removes its partial new pack and raises, leaving the packs not yet rewritten as
+    they were (their deletions are dropped: the objects stay, garbage for the next gc).
     """
     dead: set[bytes] = set()
     for deletion in deleted.values():
@@ -94,23 +102,32 @@ def compact_packs(
             if taken is not None:
                 keep = [entry for entry in taken[1] if entry[0] not in dead]
                 sources.append(_Source(name, taken[0], keep, os.fstat(taken[0]).st_size))
-        loose_ids: list[ObjectId] = []
-        rewritten = len(sources)
-        if repack:
-            for name in _small_packs(directory, pack_size // 4, {s.name for s in sources}):
-                taken = _take(directory, name, None)
-                if taken is not None:
-                    sources.append(_Source(name, taken[0], taken[1], os.fstat(taken[0]).st_size))
-            loose_ids = list(loose.iter_ids())
-            if len(loose_ids) + len(sources) - rewritten < 2:
-                loose_ids = []  # one loose object or one small pack: nothing to fold together
-                for source in sources[rewritten:]:
-                    os.close(source.fd)
-                del sources[rewritten:]
-        return _rewrite(directory, loose, sources, loose_ids, fsync, pack_size, packed)
+        reclaimed = _remove_sources(directory, [s for s in sources if not s.keep], fsync)
+        for source in sorted((s for s in sources if s.keep), key=_kept_bytes):
+            reclaimed += _rewrite(directory, loose, [source], [], fsync, pack_size, frozenset())
+        for source in sources:
+            if source.fd >= 0:
+                os.close(source.fd)
+        sources = []
+        if not repack:
+            return reclaimed
+        for name in _small_packs(directory, pack_size // 4, set()):
+            taken = _take(directory, name, None)
+            if taken is not None:
+                sources.append(_Source(name, taken[0], taken[1], os.fstat(taken[0]).st_size))
+        loose_ids = list(loose.iter_ids())
+        if len(loose_ids) + len(sources) < 2:
+            return reclaimed  # one loose object or one small pack: nothing to fold
+        return reclaimed + _rewrite(directory, loose, sources, loose_ids, fsync, pack_size,
+                                    packed)
     finally:
         for source in sources:
-            os.close(source.fd)
+            if source.fd >= 0:
+                os.close(source.fd)
+
+
+def _kept_bytes(source: _Source) -> int:
+    return sum(length for _, _, length in source.keep)
 
 
 def packs_to_fold(sizes: Mapping[str, int], *, keep_at_most: int, factor: int = 2) -> list[str]:
@@ -144,7 +161,8 @@ def fold_packs(directory: str, names: Iterable[str], *, fsync: FsyncPolicy, pack
         return _rewrite(directory, loose, sources, [], fsync, pack_size, frozenset())
     finally:
         for source in sources:
-            os.close(source.fd)
+            if source.fd >= 0:
+                os.close(source.fd)
 
 
 def _small_packs(directory: str, below: int, skip: set[str]) -> list[str]:
@@ -206,8 +224,21 @@ def _rewrite(
             writer.abandon()
         raise
     # Everything kept is now in published packs: the sources can go.
+    removed = _remove_sources(directory, sources, fsync)
+    for oid in moved:
+        removed += loose.delete(oid)
+    return removed - written
+
+
+def _remove_sources(directory: str, sources: list[_Source], fsync: FsyncPolicy) -> int:
+    """Unlink these packs (each before its index, so no reader loads an index whose pack is
+    gone) and close them (a file's blocks are freed with its last descriptor); returns their
+    bytes."""
     removed = 0
     for source in sources:
+        if source.fd >= 0:
+            os.close(source.fd)
+            source.fd = -1
         for path in (pack_path(directory, source.name), index_path(directory, source.name)):
             try:
                 os.unlink(path)
@@ -216,6 +247,4 @@ def _rewrite(
         removed += source.size
     if sources and fsync != "none":
         sync_directory(directory)
-    for oid in moved:
-        removed += loose.delete(oid)
-    return removed - written
+    return removed

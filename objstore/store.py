@@ -18,10 +18,11 @@ from typing import BinaryIO, Literal, Protocol
 
 from ckpt.objstore import codec
 from ckpt.objstore.atomicfile import write_atomically
-from ckpt.objstore.backend import Backend, BulkBackend, FsyncPolicy, LocatedBackend
+from ckpt.objstore.backend import Backend, BulkBackend, FsyncPolicy, LocatedBackend, Repairable
 from ckpt.objstore.errors import (
     ContentChanged,
     CorruptObject,
+    ObjectNotFound,
     StoreNotFound,
     StoreWriteError,
     UnsupportedFormat,
@@ -37,6 +38,7 @@ from ckpt.objstore.ids import ObjectId, StreamHasher, hash_bytes
 from ckpt.objstore.local import LocalBackend
 from ckpt.objstore.objects import Tree
 from ckpt.objstore.pack import PACKS_DIR, PackedBackend
+from ckpt.objstore.safeopen import check_directories, open_file
 
 FORMAT_VERSION = 1
 FORMAT_FILE = "format"
@@ -90,12 +92,15 @@ class ObjectStore:
         # Stores objects `refresh` just found absent; backends without the shortcut `put`.
         self._bulk: BulkBackend | None = backend if isinstance(backend, BulkBackend) else None
         self._put_absent = backend.put if self._bulk is None else self._bulk.put_absent
+        self._repair: Repairable | None = backend if isinstance(backend, Repairable) else None
+        self._checked: set[ObjectId] = set()  # present ids whose stored copy was checked
 
     # -- opening -----------------------------------------------------------------------
 
     @classmethod
     def init(cls, path: str, options: StoreOptions = StoreOptions()) -> ObjectStore:
         """Create the store at `path` if needed (idempotent) and open it."""
+        check_directories(_own_directories(path))
         os.makedirs(os.path.join(path, "objects"), exist_ok=True)
         format_path = os.path.join(path, FORMAT_FILE)
         if not os.path.exists(format_path):
@@ -109,7 +114,11 @@ class ObjectStore:
 
     @classmethod
     def open(cls, path: str, options: StoreOptions = StoreOptions()) -> ObjectStore:
+        """Open the store at `path`: `StoreNotFound` if there is none, `UnsupportedFormat` if
+        it is newer, `UnsafeStore` if its format file or one of its directories is a
+        symlink."""
         check_format(path)
+        check_directories(_own_directories(path))
         objects = os.path.join(path, "objects")
         backend: Backend
         if os.path.isdir(os.path.join(objects, PACKS_DIR)):
@@ -131,12 +140,43 @@ class ObjectStore:
 
     def put_bytes(self, data: bytes) -> ObjectId:
         oid = hash_bytes(data)
-        if not self.backend.refresh(oid):
+        if not self._present(oid):
             self.backend.put(oid, codec.encode_object(data, self.options.compression_level))
         return oid
 
+    def _present(self, oid: ObjectId) -> bool:
+        """`refresh` for a put that holds the content of `oid`: True if a stored copy can be
+        trusted. The first time an id is found present in this store object, its stored copy
+        is checked (a pack record's header and crc: one read; a loose object's content: a
+        verify); a damaged copy is dropped and False returned, so the caller stores the good
+        bytes it holds instead of referencing the damage. A copy found intact is not checked
+        again by this store object."""
+        if not self.backend.refresh(oid):
+            return False
+        if oid in self._checked:
+            return True
+        repair = self._repair
+        intact = repair.check_stored(oid) if repair is not None else None
+        if intact is None:
+            try:
+                self.verify(oid)
+                intact = True
+            except CorruptObject:
+                intact = False
+            except ObjectNotFound:
+                return False  # removed since the refresh: store it
+        if intact:
+            self._checked.add(oid)
+            return True
+        if repair is None:
+            raise CorruptObject(oid, "the stored copy is damaged and this backend cannot "
+                                     "replace it")
+        repair.forget_damaged(oid)
+        self._trees.pop(oid, None)
+        return False
+
     def _put_new(self, oid: ObjectId, data: bytes | memoryview) -> tuple[bool, int]:
-        if self.backend.refresh(oid):
+        if self._present(oid):
             return False, 0
         stored = codec.encode_object(data, self.options.compression_level)
         # A concurrent writer may have stored it since the refresh: then nothing was written.
@@ -189,7 +229,7 @@ class ObjectStore:
         from ckpt.objstore.putfiles import PutPipeline  # noqa: PLC0415
 
         pipeline = PutPipeline(
-            refresh=self.backend.refresh, put_absent_many=self._put_absent_many,
+            refresh=self._present, put_absent_many=self._put_absent_many,
             put_large=self._put_large, compression_level=self.options.compression_level,
             stream_threshold=self.options.stream_threshold, threads=threads)
         return pipeline.run(paths)
@@ -212,7 +252,7 @@ class ObjectStore:
         oid = hasher.digest()
         if hasher.length != before.st_size:
             raise ContentChanged(os.fsdecode(path))
-        if self.backend.refresh(oid):
+        if self._present(oid):
             return PutResult(oid, hasher.length, False, 0, before)
         written = 0
 
@@ -341,11 +381,15 @@ class ObjectStore:
         self._trees.clear()
 
 
+def _own_directories(path: str) -> tuple[str, ...]:
+    return os.path.join(path, "objects"), os.path.join(path, "objects", PACKS_DIR)
+
+
 def check_format(path: str) -> None:
     """Refuse a missing store or one written by a newer (or unknown) format."""
     format_path = os.path.join(path, FORMAT_FILE)
     try:
-        with open(format_path, "rb") as stream:
+        with open(open_file(format_path, os.O_RDONLY), "rb") as stream:
             text = stream.read(256).decode("ascii", "replace").strip()
     except (FileNotFoundError, NotADirectoryError):
         raise StoreNotFound(path) from None
