@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 import click
 
-from ckpt.cli import __version__, errors, log
+from ckpt.cli import __version__, errors, interrupts, log
 from ckpt.cli.commands import maintenance, restore, setup, snapshot, tune
 from ckpt.cli.context import State, find_root, text_callback
 
@@ -60,6 +60,7 @@ class CkptGroup(click.Group):
     """
 
     def invoke(self, ctx: click.Context) -> Any:
+        interrupts.reset()
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
@@ -67,7 +68,13 @@ class CkptGroup(click.Group):
         except BrokenPipeError:
             _silence_stdout()
             raise click.exceptions.Exit(errors.BROKEN_PIPE) from None
-        except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the one error table
+        except KeyboardInterrupt as exc:
+            if interrupts.delivered():  # the result was printed: it stands
+                raise click.exceptions.Exit(errors.OK) from None
+            state = ctx.find_object(State)
+            code = errors.report(exc, debug=state.debug if state is not None else _env_debug())
+            raise click.exceptions.Exit(code) from None
+        except Exception as exc:  # noqa: BLE001 - the one error table
             state = ctx.find_object(State)
             debug = state.debug if state is not None else _env_debug()
             code = errors.report(exc, debug=debug)
@@ -146,18 +153,21 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     # collector: a scan's records live until the command ends and hold no cycles, and the
     # collector would only walk them again and again. The library never touches it; a harness
     # owns its process and decides for itself.
-    gc.disable()
-    code = run(argv)
     try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        code = code or errors.BROKEN_PIPE
-    except (OSError, ValueError):
-        pass
-    try:
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+        gc.disable()
+        code = run(argv)
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            code = code or errors.BROKEN_PIPE
+        except (OSError, ValueError):
+            pass
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+    except KeyboardInterrupt as exc:  # between the command's end and the exit
+        code = _interrupted(exc, debug=False)
     # Everything the command opened is closed and output is flushed; what the interpreter would
     # still do (free every object, a last cyclic collection) the kernel does at once on exit.
     os._exit(code)
@@ -165,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run `ckpt` with `argv` (default: sys.argv[1:]) and return the exit code."""
+    interrupts.reset()
     try:
         result = cli.main(args=list(argv) if argv is not None else None, prog_name="ckpt",
                           standalone_mode=False)
@@ -175,14 +186,27 @@ def run(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except click.Abort as exc:
         if isinstance(exc.__cause__, KeyboardInterrupt):
-            return errors.report(exc.__cause__, debug=False)
+            return _interrupted(exc.__cause__, debug=False)
         return errors.report(exc, debug=False)
     except BrokenPipeError:
         _silence_stdout()
         return errors.BROKEN_PIPE
-    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - before a command ran
-        return errors.report(exc, debug=_env_debug() or "--debug" in (argv or sys.argv[1:]))
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc, debug=_debug_asked(argv))
+    except Exception as exc:  # noqa: BLE001 - before a command ran
+        return errors.report(exc, debug=_debug_asked(argv))
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+def _interrupted(exc: KeyboardInterrupt, *, debug: bool) -> int:
+    """Ctrl-C outside a command's own error handling: 130, or 0 once its result was printed."""
+    if interrupts.delivered():
+        return errors.OK
+    return errors.report(exc, debug=debug)
+
+
+def _debug_asked(argv: Sequence[str] | None) -> bool:
+    return _env_debug() or "--debug" in (argv or sys.argv[1:])
 
 
 if __name__ == "__main__":  # pragma: no cover

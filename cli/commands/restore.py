@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ckpt.cli.commands.snapshot import checkpoint_id_callback
 from ckpt.cli.context import State, complete_checkpoint_id, json_option, pass_state, user_path
 from ckpt.cli.render import display_path, format_size, write_json, write_lines
 
@@ -58,7 +59,7 @@ Examples:
   ckpt restore ckpt-17644 --path src/app.py   # only this path
   ckpt restore "$(ckpt latest --reason pre-tool)" --json
 """)
-@click.argument("id", shell_complete=complete_checkpoint_id)
+@click.argument("id", shell_complete=complete_checkpoint_id, callback=checkpoint_id_callback)
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
 @click.option("--no-save", is_flag=True,
               help="Do not save the current state first (the restore cannot be undone).")
