@@ -20,9 +20,10 @@ from typing import Any, NoReturn
 
 import click
 
-from ckpt.cli import __version__, errors, interrupts, log
+from ckpt.cli import __version__, errors, log
 from ckpt.cli.commands import maintenance, restore, setup, snapshot, tune
 from ckpt.cli.context import State, find_root, text_callback
+from ckpt.cli.render import delivered, reset_delivered
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -60,7 +61,7 @@ class CkptGroup(click.Group):
     """
 
     def invoke(self, ctx: click.Context) -> Any:
-        interrupts.reset()
+        reset_delivered()
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
@@ -69,7 +70,7 @@ class CkptGroup(click.Group):
             _silence_stdout()
             raise click.exceptions.Exit(errors.BROKEN_PIPE) from None
         except KeyboardInterrupt as exc:
-            if interrupts.delivered():  # the result was printed: it stands
+            if delivered():  # the result was printed: it stands
                 raise click.exceptions.Exit(errors.OK) from None
             state = ctx.find_object(State)
             code = errors.report(exc, debug=state.debug if state is not None else _env_debug())
@@ -175,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run `ckpt` with `argv` (default: sys.argv[1:]) and return the exit code."""
-    interrupts.reset()
+    reset_delivered()
     try:
         result = cli.main(args=list(argv) if argv is not None else None, prog_name="ckpt",
                           standalone_mode=False)
@@ -200,7 +201,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 def _interrupted(exc: KeyboardInterrupt, *, debug: bool) -> int:
     """Ctrl-C outside a command's own error handling: 130, or 0 once its result was printed."""
-    if interrupts.delivered():
+    if delivered():
         return errors.OK
     return errors.report(exc, debug=debug)
 

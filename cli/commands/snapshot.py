@@ -22,10 +22,10 @@ from ckpt.cli.context import (
     text_callback,
     user_path,
 )
-from ckpt.cli.interrupts import delivering
 from ckpt.cli.params import parse_meta
 from ckpt.cli.progress import stderr_is_terminal
 from ckpt.cli.render import (
+    delivering,
     display_path,
     dumps,
     format_size,
