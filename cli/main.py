@@ -31,8 +31,8 @@ EPILOG = """\b
 Examples:
   ckpt init                              # create .ckpt in the current directory
   ckpt create -m "before refactor"       # take a checkpoint, print its id
-  ckpt diff ckpt-1764433022123           # what changed since then (any unique id prefix)
-  ckpt restore ckpt-1764433022123        # go back (the current state is saved first)
+  ckpt diff ckpt-1764433022123-q7x2m9ta  # what changed since then
+  ckpt restore ckpt-17644330221          # go back (any unique id prefix); undoable
   ckpt --session task-42 list --json     # another timeline, as JSON
 
 \b
@@ -45,7 +45,7 @@ Environment:
 Exit codes:
   0 ok   1 user error (also: unsupported platform; ckpt runs on Linux and macOS)
   2 usage   3 nothing matched / partial restore   4 store busy   5 corruption
-  130 interrupted
+  130 interrupted   141 broken pipe (stdout closed early)
 
 \b
 Shell completion (bash; zsh/fish: zsh_source, fish_source):

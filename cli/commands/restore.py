@@ -54,7 +54,7 @@ def plan_lines(plan: RestorePlan) -> list[str]:
 
 @click.command(epilog="""\b
 Examples:
-  ckpt restore ckpt-1764433022123             # saves the current state first, prints undo
+  ckpt restore ckpt-1764433022123-q7x2m9ta    # saves the current state first, prints undo
   ckpt restore ckpt-17644 --dry-run           # show the plan, change nothing
   ckpt restore ckpt-17644 --path src/app.py   # only this path
   ckpt restore "$(ckpt latest --reason pre-tool)" --json

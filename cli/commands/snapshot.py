@@ -244,7 +244,7 @@ def file_json(entry: FileEntry) -> dict[str, Any]:
 
 @click.command(epilog="""\b
 Examples:
-  ckpt show ckpt-1764433022123
+  ckpt show ckpt-1764433022123-q7x2m9ta
   ckpt show ckpt-17644 --json | jq '.files[].path'
 """)
 @_checkpoint_id()
@@ -301,8 +301,8 @@ def _accepts_progress(method: Callable[..., Any]) -> bool:
 
 @click.command(epilog="""\b
 Examples:
-  ckpt diff ckpt-1764433022123                  # checkpoint vs the working tree
-  ckpt diff ckpt-1764433022123 ckpt-1764433099  # between two checkpoints
+  ckpt diff ckpt-1764433022123-q7x2m9ta         # checkpoint vs the working tree
+  ckpt diff ckpt-17644330221 ckpt-1764433099812-3bd0kfzw   # between two checkpoints
 \b
 A added  D deleted  M modified (content or exec bit)  T type changed (file <-> symlink)
 """)
@@ -359,7 +359,7 @@ class _Base64Writer:
 
 @click.command(epilog="""\b
 Examples:
-  ckpt cat ckpt-1764433022123 src/app.py > app.py.old
+  ckpt cat ckpt-1764433022123-q7x2m9ta src/app.py > app.py.old
   ckpt cat ckpt-17644 src/app.py | diff - src/app.py
   ckpt cat ckpt-17644 logo.png --json | jq -r .content_base64 | base64 -d > logo.png
 """)
