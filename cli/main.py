@@ -60,6 +60,15 @@ class CkptGroup(click.Group):
     stderr lines as a real process.
     """
 
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        # A Ctrl-C while the arguments are parsed is told here: click's own handling would
+        # put a blank line before the error line.
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt as exc:
+            raise click.exceptions.Exit(errors.report(exc, debug=_env_debug())) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         reset_delivered()
         try:
