@@ -3,7 +3,8 @@ with exit 130 and one line, never a traceback: SIGINT at seeded random moments r
 spawning `python -m ckpt list` and the `ckpt` console script.
 
 What no program can catch is not held against ckpt: a SIGINT before Python's own start-up is
-done (the interpreter reports "Fatal Python error: init_..." itself, or dies of the signal
+done (the interpreter reports "Fatal Python error: init_..." or "Could not import runpy
+module" itself, or dies of the signal
 before it installed its handler), or while Python imports the `ckpt` package itself or runs
 the first line of an entry module (`ckpt/__init__.py`, `ckpt/__main__.py`,
 `ckpt/cli/__init__.py`: kept to a few statements for that reason). Any frame of another ckpt
@@ -29,6 +30,8 @@ from soak import scale
 
 Env = Callable[..., dict[str, str]]
 ENTRY_FILES = {"__init__.py", "__main__.py", "cli/__init__.py"}
+# How Python itself reports a SIGINT before it could run `-m ckpt` or the script.
+INTERPRETER_FAILURES = ("Fatal Python error: init_", "Could not import runpy module")
 FRAME = re.compile(r'^  File "([^"]+)", line \d+, in (\S+)$', re.MULTILINE)
 
 
@@ -41,7 +44,7 @@ def ckpt_frames(stderr: str) -> list[str]:
 
 def judge(code: int, stderr: str) -> str:
     """One outcome's kind; raises when ckpt let a traceback out or exited otherwise."""
-    if stderr.startswith("Fatal Python error: init_"):
+    if stderr.startswith(INTERPRETER_FAILURES):
         return "interpreter start-up"
     if "Traceback" in stderr:
         ours = [f for f in ckpt_frames(stderr) if f not in ENTRY_FILES]
