@@ -155,7 +155,7 @@ def create(state: State, label: str | None, reason: str | None, turn_id: str | N
         else:
             write_lines([record.id])
     if not as_json and stderr_is_terminal():
-            click.echo(f"ckpt: {summarize_record(record)}", err=True)
+        click.echo(f"ckpt: {summarize_record(record)}", err=True)
 
 
 _LIST_EPILOG = """\b
@@ -179,7 +179,8 @@ def list_(state: State, turn_id: str | None, reason: str | None, all_sessions: b
     """List checkpoints, oldest first.
 
     Columns: id, created (UTC), session (with --all-sessions), reason, turn, label, files,
-    changed (files read because they were new or modified since the previous scan).
+    changed (files added, deleted or modified since the checkpoint's parent; - when the
+    parent was pruned).
     """
     service = state.open()
     warn_restore_pending(service)
