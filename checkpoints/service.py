@@ -413,6 +413,49 @@ class Checkpoints:
         return [FileEntry(path, e.kind, e.size, e.oid, e.target)
                 for path, e in iter_leaves(self.objects.get_tree, record.tree, None)]
 
+    def absent(self, ref: str) -> builtins.list[RelPath]:
+        """The paths checkpoint `ref` recorded as "did not exist" (tracked paths missing when
+        it was taken; restoring it deletes them), in path order. Read-only."""
+        from ckpt.checkpoints.paths import join_rel  # noqa: PLC0415 (only here)
+
+        def walk(oid: bytes, prefix: RelPath | None) -> Iterator[RelPath]:
+            for entry in self.objects.get_tree(oid).entries:  # type: ignore[arg-type]
+                path = join_rel(prefix, entry.name)
+                if entry.kind is EntryKind.TOMBSTONE:
+                    yield path
+                elif entry.kind is EntryKind.TREE and entry.oid is not None:
+                    yield from walk(entry.oid, path)
+        return builtins.list(walk(self.get(ref).tree, None))
+
+    def changed(self, record: CheckpointRecord) -> int | None:
+        """How many files `record` added, deleted or modified since its parent (the session's
+        checkpoint before it), within its tracked paths for a `paths` scope; every file for a
+        first checkpoint; None when the parent was pruned. Read-only: unlike
+        `record.stats.hashed` (files read), a `diff` or a restore in between changes nothing."""
+        from ckpt.checkpoints.errors import UnknownCheckpoint  # noqa: PLC0415 (only here)
+
+        if record.parent is None:
+            return record.stats.files
+        try:
+            parent = self.get(record.parent)
+        except UnknownCheckpoint:
+            return None
+        changes = diff_trees(self.objects.get_tree, parent.tree, record.tree)
+        if record.scope == "paths":
+            covered = record.paths
+            changes = [c for c in changes
+                       if any(c.path == p or c.path.startswith(p + b"/") for p in covered)]
+        return len(changes)
+
+    def restore_pending(self) -> str | None:
+        """The id a killed restore of this root was restoring, while its journal is open;
+        None when none is pending. Read-only: the next `create`, `restore`, `diff` against the
+        workspace or `recover` completes it."""
+        if not self._ws.restore_left_over():
+            return None
+        intent = self._restorer.pending_intent()
+        return None if intent is None else intent.checkpoint
+
     def diff(self, ref: str, ref2: str | None = None) -> builtins.list[Change]:
         """What changed from checkpoint `ref` to the workspace (or to checkpoint `ref2`): its
         leaves added, deleted, modified or changed in type, and as "S" (not captured, with the

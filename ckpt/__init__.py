@@ -15,9 +15,12 @@ Nothing else lives here: no logic, no state.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+# Not `typing.TYPE_CHECKING`: importing typing would lengthen every start before the command
+# can catch a Ctrl-C (type checkers treat any TYPE_CHECKING name as true).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ckpt import checkpoints, cli, objstore, tuning
     from ckpt.checkpoints import *
 

@@ -122,6 +122,14 @@ def _restore_incomplete(exc: Any) -> Failure:
                    "the paths named were left as they are; fix them and restore again")
 
 
+def _unsafe_path(exc: Any) -> Failure:
+    # `cat`/`read_file` of a directory: the path is fine, it is just not a file.
+    if exc.reason == "is a directory":
+        return Failure(USER_ERROR, f"{show(exc.path)} is a directory, not a file",
+                       "'ckpt show ID' lists the files")
+    return Failure(USER_ERROR, show(exc))
+
+
 def _message(code: int, hint: str | None = None) -> Rule:
     return lambda exc: Failure(code, show(exc), hint)
 
@@ -189,7 +197,7 @@ RULES: dict[str, Rule] = {
     "ckpt.checkpoints.errors.NotInitialized": _not_initialized,
     "ckpt.checkpoints.errors.UnknownCheckpoint": _unknown_checkpoint,
     "ckpt.checkpoints.errors.AmbiguousCheckpoint": _ambiguous,
-    "ckpt.checkpoints.errors.UnsafePath": _message(USER_ERROR),
+    "ckpt.checkpoints.errors.UnsafePath": _unsafe_path,
     "ckpt.checkpoints.errors.ConfigError": _config_error,
     "ckpt.checkpoints.errors.UnsupportedPlatform": _message(USER_ERROR, _PLATFORM_HINT),
     # nothing matched / partial restore

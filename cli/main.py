@@ -23,6 +23,7 @@ import click
 from ckpt.cli import __version__, errors, log
 from ckpt.cli.commands import maintenance, restore, setup, snapshot, tune
 from ckpt.cli.context import State, find_root, text_callback
+from ckpt.cli.render import delivered, reset_delivered
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -30,8 +31,8 @@ EPILOG = """\b
 Examples:
   ckpt init                              # create .ckpt in the current directory
   ckpt create -m "before refactor"       # take a checkpoint, print its id
-  ckpt diff ckpt-1764433022123           # what changed since then (any unique id prefix)
-  ckpt restore ckpt-1764433022123        # go back (the current state is saved first)
+  ckpt diff ckpt-1764433022123-q7x2m9ta  # what changed since then
+  ckpt restore ckpt-17644330221          # go back (any unique id prefix); undoable
   ckpt --session task-42 list --json     # another timeline, as JSON
 
 \b
@@ -44,7 +45,7 @@ Environment:
 Exit codes:
   0 ok   1 user error (also: unsupported platform; ckpt runs on Linux and macOS)
   2 usage   3 nothing matched / partial restore   4 store busy   5 corruption
-  130 interrupted
+  130 interrupted   141 broken pipe (stdout closed early)
 
 \b
 Shell completion (bash; zsh/fish: zsh_source, fish_source):
@@ -59,7 +60,17 @@ class CkptGroup(click.Group):
     stderr lines as a real process.
     """
 
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        # A Ctrl-C while the arguments are parsed is told here: click's own handling would
+        # put a blank line before the error line.
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt as exc:
+            raise click.exceptions.Exit(errors.report(exc, debug=_env_debug())) from None
+
     def invoke(self, ctx: click.Context) -> Any:
+        reset_delivered()
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
@@ -67,7 +78,13 @@ class CkptGroup(click.Group):
         except BrokenPipeError:
             _silence_stdout()
             raise click.exceptions.Exit(errors.BROKEN_PIPE) from None
-        except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the one error table
+        except KeyboardInterrupt as exc:
+            if delivered():  # the result was printed: it stands
+                raise click.exceptions.Exit(errors.OK) from None
+            state = ctx.find_object(State)
+            code = errors.report(exc, debug=state.debug if state is not None else _env_debug())
+            raise click.exceptions.Exit(code) from None
+        except Exception as exc:  # noqa: BLE001 - the one error table
             state = ctx.find_object(State)
             debug = state.debug if state is not None else _env_debug()
             code = errors.report(exc, debug=debug)
@@ -146,18 +163,21 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     # collector: a scan's records live until the command ends and hold no cycles, and the
     # collector would only walk them again and again. The library never touches it; a harness
     # owns its process and decides for itself.
-    gc.disable()
-    code = run(argv)
     try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        code = code or errors.BROKEN_PIPE
-    except (OSError, ValueError):
-        pass
-    try:
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+        gc.disable()
+        code = run(argv)
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            code = code or errors.BROKEN_PIPE
+        except (OSError, ValueError):
+            pass
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+    except KeyboardInterrupt as exc:  # between the command's end and the exit
+        code = _interrupted(exc, debug=False)
     # Everything the command opened is closed and output is flushed; what the interpreter would
     # still do (free every object, a last cyclic collection) the kernel does at once on exit.
     os._exit(code)
@@ -165,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run `ckpt` with `argv` (default: sys.argv[1:]) and return the exit code."""
+    reset_delivered()
     try:
         result = cli.main(args=list(argv) if argv is not None else None, prog_name="ckpt",
                           standalone_mode=False)
@@ -175,14 +196,27 @@ def run(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except click.Abort as exc:
         if isinstance(exc.__cause__, KeyboardInterrupt):
-            return errors.report(exc.__cause__, debug=False)
+            return _interrupted(exc.__cause__, debug=False)
         return errors.report(exc, debug=False)
     except BrokenPipeError:
         _silence_stdout()
         return errors.BROKEN_PIPE
-    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - before a command ran
-        return errors.report(exc, debug=_env_debug() or "--debug" in (argv or sys.argv[1:]))
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc, debug=_debug_asked(argv))
+    except Exception as exc:  # noqa: BLE001 - before a command ran
+        return errors.report(exc, debug=_debug_asked(argv))
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+def _interrupted(exc: KeyboardInterrupt, *, debug: bool) -> int:
+    """Ctrl-C outside a command's own error handling: 130, or 0 once its result was printed."""
+    if delivered():
+        return errors.OK
+    return errors.report(exc, debug=debug)
+
+
+def _debug_asked(argv: Sequence[str] | None) -> bool:
+    return _env_debug() or "--debug" in (argv or sys.argv[1:])
 
 
 if __name__ == "__main__":  # pragma: no cover

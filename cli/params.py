@@ -1,8 +1,10 @@
-"""Pure parsers for option values: durations (`--older-than 7d`), `--meta KEY=VALUE`, and the
-check that free text (labels, ids, sessions) is Unicode the catalog can store.
+"""Pure parsers for option values: durations (`--older-than 7d`), `--meta KEY=VALUE`, event
+types (`events --type`), and the check that free text (labels, ids, sessions) is Unicode the
+catalog can store.
 
 No IO, no click: the command modules wrap these in click parameter types so a bad value is a
-usage error (exit 2) naming the option.
+usage error (exit 2) naming the option; `event_type_callback` raises the CLI's own usage error
+(one line naming the valid types).
 """
 
 from __future__ import annotations
@@ -10,6 +12,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from datetime import timedelta
+from typing import Any
+
+# The events the library records (docs/CLI.md, "events").
+EVENT_TYPES = ("checkpoint:create", "checkpoint:restore", "checkpoint:prune", "workspace:moved",
+               "catalog:rebuild")
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
@@ -54,3 +61,14 @@ def check_text(text: str) -> str:
         raise ValueError(f"{text.encode('utf-8', 'backslashreplace').decode()!r} is not valid "
                          "UTF-8 text") from None
     return text
+
+
+def event_type_callback(ctx: Any, param: Any, value: str | None) -> str | None:
+    """`events --type`: one of EVENT_TYPES, else a one-line usage error (exit 2) naming them."""
+    if value is None or value in EVENT_TYPES:
+        return value
+    from ckpt.cli.errors import USAGE, CliError
+
+    shown = value.encode("utf-8", "backslashreplace").decode()
+    raise CliError(f"unknown event type {shown!r} for --type: the types are "
+                   f"{', '.join(EVENT_TYPES)}", code=USAGE)

@@ -11,6 +11,12 @@ then it is quoted as git does (`"a\\nb"`, `"caf\\303"`).
 
 Writes only to the streams it is given (stdout by default); never imports the library's heavy
 modules and never decides exit codes.
+
+A result, once written, stands: `delivering()` wraps the writing of a result that says
+something was done (the id `create` prints). A SIGINT that arrives meanwhile is held until the
+result is out and noted (`delivered()`), so a Ctrl-C comes either before it (nothing printed,
+exit 130) or after it (exit 0, the rest of the command's tidying up skipped: `cli/main.py`).
+The note is one flag per process, reset for each invocation.
 """
 
 from __future__ import annotations
@@ -18,11 +24,13 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_delivered = False
 
 
 def path_text(path: bytes | str) -> str:
@@ -50,6 +58,40 @@ def write_lines(lines: Iterable[str], out: TextIO | None = None) -> None:
     for line in lines:
         stream.write(line + "\n")
     stream.flush()
+
+
+# -- a result that stands -----------------------------------------------------------------
+
+def reset_delivered() -> None:
+    global _delivered
+    _delivered = False
+
+
+def delivered() -> bool:
+    """Whether this invocation's result was written in full (a later Ctrl-C exits 0)."""
+    return _delivered
+
+
+@contextmanager
+def delivering() -> Iterator[None]:
+    """Write the result inside this block; a SIGINT meanwhile is held until it is noted."""
+    global _delivered
+    import signal  # only a command that delivers a result pays for it
+
+    held: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    except ValueError:  # not the main thread: nothing can be held
+        yield
+        _delivered = True
+        return
+    try:
+        yield
+        _delivered = True
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
 
 
 # -- plain text ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import click
 from ckpt.cli.context import State, json_option, pass_state
 from ckpt.cli.errors import NOTHING_MATCHED as PARTLY_DONE
 from ckpt.cli.errors import CliError, DamageFound, classify
-from ckpt.cli.params import parse_duration
+from ckpt.cli.params import event_type_callback, parse_duration
 from ckpt.cli.render import (
     display_path,
     format_size,
@@ -273,7 +273,7 @@ Examples:
   ckpt events --limit 20
   ckpt events --type checkpoint:restore --all-sessions --json
 """)
-@click.option("--type", "type_", metavar="T",
+@click.option("--type", "type_", metavar="T", callback=event_type_callback,
               help="Only events of type T (checkpoint:create, checkpoint:restore, "
                    "checkpoint:prune).")
 @click.option("--limit", type=click.IntRange(min=0), metavar="N",

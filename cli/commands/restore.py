@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ckpt.cli.commands.snapshot import MAX_SKIPPED_SHOWN
+from ckpt.cli.commands.snapshot import MAX_SKIPPED_SHOWN, checkpoint_id_callback
 from ckpt.cli.context import State, complete_checkpoint_id, json_option, pass_state, user_path
 from ckpt.cli.render import display_path, format_size, write_json, write_lines
 
@@ -61,12 +61,12 @@ def plan_lines(plan: RestorePlan) -> list[str]:
 
 @click.command(epilog="""\b
 Examples:
-  ckpt restore ckpt-1764433022123             # saves the current state first, prints undo
+  ckpt restore ckpt-1764433022123-q7x2m9ta    # saves the current state first, prints undo
   ckpt restore ckpt-17644 --dry-run           # show the plan, change nothing
   ckpt restore ckpt-17644 --path src/app.py   # only this path
   ckpt restore "$(ckpt latest --reason pre-tool)" --json
 """)
-@click.argument("id", shell_complete=complete_checkpoint_id)
+@click.argument("id", shell_complete=complete_checkpoint_id, callback=checkpoint_id_callback)
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
 @click.option("--no-save", is_flag=True,
               help="Do not save the current state first (the restore cannot be undone).")

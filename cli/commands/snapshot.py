@@ -26,6 +26,7 @@ from ckpt.cli.context import (
 from ckpt.cli.params import parse_meta
 from ckpt.cli.progress import stderr_is_terminal
 from ckpt.cli.render import (
+    delivering,
     display_path,
     dumps,
     format_size,
@@ -39,7 +40,7 @@ from ckpt.cli.render import (
 )
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints import CheckpointRecord, FileEntry
+    from ckpt.checkpoints import CheckpointRecord, Checkpoints, FileEntry
 
 MAX_SKIPPED_SHOWN = 20
 
@@ -52,8 +53,46 @@ def _meta_callback(ctx: click.Context, param: click.Parameter,
         raise click.BadParameter(str(exc)) from None
 
 
+def checkpoint_id_callback(ctx: click.Context, param: click.Parameter,
+                           value: str | None) -> str | None:
+    """A checkpoint id typed as bytes that are not UTF-8 (lone surrogates in argv) names no
+    checkpoint: the unknown-id error, before the catalog is asked."""
+    if value is not None and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            from ckpt.checkpoints import UnknownCheckpoint
+
+            raise UnknownCheckpoint(value) from None
+    return value
+
+
 def _checkpoint_id(name: str = "id", *, required: bool = True) -> Callable[[Any], Any]:
-    return click.argument(name, required=required, shell_complete=complete_checkpoint_id)
+    return click.argument(name, required=required, shell_complete=complete_checkpoint_id,
+                          callback=checkpoint_id_callback)
+
+
+def warn_restore_pending(service: Checkpoints) -> None:
+    """A read-only command does not complete a killed restore: it says one is pending."""
+    from ckpt.checkpoints import CheckpointError
+
+    try:
+        pending = service.restore_pending()
+    except CheckpointError as exc:  # a damaged journal: the completing commands report it
+        click.echo(f"ckpt: warning: a killed restore left a journal that cannot be read: "
+                   f"{exc}", err=True)
+        return
+    if pending is not None:
+        click.echo(f"ckpt: warning: the restore of {pending} was interrupted and is not "
+                   "complete: the workspace is half restored ('ckpt recover' finishes it)",
+                   err=True)
+
+
+def record_json(record: CheckpointRecord) -> dict[str, Any]:
+    """A record as the CLI prints it: `record.to_json()` plus what the text also shows, the
+    covered `paths` (scope "paths") and the `skipped` paths with their reasons."""
+    return {**record.to_json(), "paths": [path_text(p) for p in record.paths],
+            "skipped": [{"path": path_text(i.path), "reason": i.reason} for i in record.skipped]}
 
 
 def warn_skipped(record: CheckpointRecord) -> None:
@@ -116,12 +155,13 @@ def create(state: State, label: str | None, reason: str | None, turn_id: str | N
                                 paths=[user_path(p) for p in paths] or None, progress=progress,
                                 keep=keep, cwd=os.getcwd())
     warn_skipped(record)
-    if as_json:
-        write_json(record.to_json())
-    else:
-        write_lines([record.id])
-        if stderr_is_terminal():
-            click.echo(f"ckpt: {summarize_record(record)}", err=True)
+    with delivering():  # printed means it exists: a Ctrl-C from here on exits 0
+        if as_json:
+            write_json(record_json(record))
+        else:
+            write_lines([record.id])
+    if not as_json and stderr_is_terminal():
+        click.echo(f"ckpt: {summarize_record(record)}", err=True)
 
 
 _LIST_EPILOG = """\b
@@ -133,8 +173,10 @@ Examples:
 
 
 @click.command("list", epilog=_LIST_EPILOG)
-@click.option("--turn", "turn_id", metavar="T", help="Only checkpoints of turn T.")
-@click.option("--reason", metavar="R", help="Only checkpoints taken for reason R.")
+@click.option("--turn", "turn_id", metavar="T", callback=text_callback,
+              help="Only checkpoints of turn T.")
+@click.option("--reason", metavar="R", callback=text_callback,
+              help="Only checkpoints taken for reason R.")
 @click.option("--all-sessions", is_flag=True,
               help="Every session on this root, not only --session.")
 @click.option("--all-roots", is_flag=True,
@@ -145,13 +187,18 @@ def list_(state: State, turn_id: str | None, reason: str | None, all_sessions: b
           all_roots: bool, as_json: bool) -> None:
     """List checkpoints, oldest first.
 
-    Columns: id, created (UTC), session (with --all-sessions), reason, turn, label, files,
-    changed (files read because they were new or modified since the previous scan).
+    Columns: id, created (UTC), root (with --all-roots), session (with --all-sessions), reason,
+    turn, label, files,
+    changed (files added, deleted or modified since the checkpoint's parent; - when the
+    parent was pruned).
     """
-    records = state.open().history(turn_id=turn_id, reason=reason, all_sessions=all_sessions,
-                                   all_roots=all_roots)
+    service = state.open()
+    warn_restore_pending(service)
+    records = service.history(turn_id=turn_id, reason=reason, all_sessions=all_sessions,
+                              all_roots=all_roots)
+    changed = [service.changed(r) for r in records]
     if as_json:
-        write_json([r.to_json() for r in records])
+        write_json([{**record_json(r), "changed": n} for r, n in zip(records, changed)])
         return
     if not records:
         return
@@ -161,8 +208,8 @@ def list_(state: State, turn_id: str | None, reason: str | None, all_sessions: b
             + ([display_path(r.root)] if all_roots else [])
             + ([one_line(r.session, 24)] if all_sessions else [])
             + [one_line(r.reason, 16), one_line(r.turn_id, 16), one_line(r.label),
-               str(r.stats.files), str(r.stats.hashed)]
-            for r in records]
+               str(r.stats.files), "-" if n is None else str(n)]
+            for r, n in zip(records, changed)]
     width = len(header)
     write_lines(table(header, rows, right=frozenset({width - 2, width - 1})))
 
@@ -173,8 +220,10 @@ Examples:
   ckpt latest --turn 7 --reason pre-tool
   ckpt restore "$(ckpt latest --reason pre-tool)"
 """)
-@click.option("--turn", "turn_id", metavar="T", help="Only checkpoints of turn T.")
-@click.option("--reason", metavar="R", help="Only checkpoints taken for reason R.")
+@click.option("--turn", "turn_id", metavar="T", callback=text_callback,
+              help="Only checkpoints of turn T.")
+@click.option("--reason", metavar="R", callback=text_callback,
+              help="Only checkpoints taken for reason R.")
 @json_option
 @pass_state
 def latest(state: State, turn_id: str | None, reason: str | None, as_json: bool) -> None:
@@ -182,6 +231,7 @@ def latest(state: State, turn_id: str | None, reason: str | None, as_json: bool)
     from ckpt.checkpoints import NothingMatched
 
     service = state.open()
+    warn_restore_pending(service)
     record = service.latest(turn_id=turn_id, reason=reason)
     if record is None:
         filters = [f"turn {turn_id}" if turn_id is not None else "",
@@ -190,7 +240,7 @@ def latest(state: State, turn_id: str | None, reason: str | None, as_json: bool)
         raise NothingMatched(f"no checkpoint in session {service.session}"
                              + (f" with {what}" if what else ""))
     if as_json:
-        write_json(record.to_json())
+        write_json(record_json(record))
     else:
         write_lines([record.id])
 
@@ -207,7 +257,7 @@ def file_json(entry: FileEntry) -> dict[str, Any]:
 
 @click.command(epilog="""\b
 Examples:
-  ckpt show ckpt-1764433022123
+  ckpt show ckpt-1764433022123-q7x2m9ta
   ckpt show ckpt-17644 --json | jq '.files[].path'
 """)
 @_checkpoint_id()
@@ -216,10 +266,13 @@ Examples:
 def show(state: State, id: str, as_json: bool) -> None:  # noqa: A002
     """Show checkpoint ID (any unique prefix) and the files it holds."""
     service = state.open()
+    warn_restore_pending(service)
     record = service.get(id)
     files = service.files(record.id)
+    absent = service.absent(record.id) if record.scope == "paths" else []
     if as_json:
-        write_json({**record.to_json(), "files": [file_json(f) for f in files]})
+        write_json({**record_json(record), "files": [file_json(f) for f in files],
+                    "absent": [path_text(p) for p in absent]})
         return
     s = record.stats
     pairs = [
@@ -239,6 +292,8 @@ def show(state: State, id: str, as_json: bool) -> None:  # noqa: A002
     lines = key_values(pairs)
     for item in record.skipped:
         lines.append(f"not captured: {display_path(item.path)} ({item.reason})")
+    for path in absent:
+        lines.append(f"did not exist: {display_path(path)}")
     lines.append("")
     rows = []
     for f in files:
@@ -259,8 +314,8 @@ def _accepts_progress(method: Callable[..., Any]) -> bool:
 
 @click.command(epilog="""\b
 Examples:
-  ckpt diff ckpt-1764433022123                  # checkpoint vs the working tree
-  ckpt diff ckpt-1764433022123 ckpt-1764433099  # between two checkpoints
+  ckpt diff ckpt-1764433022123-q7x2m9ta         # checkpoint vs the working tree
+  ckpt diff ckpt-17644330221 ckpt-1764433099812-3bd0kfzw   # between two checkpoints
 \b
 A added  D deleted  M modified (content or exec bit)  T type changed (file <-> symlink)
 S not captured (too large, special, unreadable; the reason follows the path)
@@ -272,6 +327,8 @@ S not captured (too large, special, unreadable; the reason follows the path)
 def diff(state: State, id: str, id2: str | None, as_json: bool) -> None:  # noqa: A002
     """Show what changed from checkpoint ID to the working tree (or to checkpoint ID2)."""
     service = state.open()
+    if id2 is not None:
+        warn_restore_pending(service)
     with state.progress() as progress:
         if id2 is None and progress is not None and _accepts_progress(service.diff):
             changes = service.diff(id, None, progress=progress)  # type: ignore[call-arg]
@@ -318,7 +375,7 @@ class _Base64Writer:
 
 @click.command(epilog="""\b
 Examples:
-  ckpt cat ckpt-1764433022123 src/app.py > app.py.old
+  ckpt cat ckpt-1764433022123-q7x2m9ta src/app.py > app.py.old
   ckpt cat ckpt-17644 src/app.py | diff - src/app.py
   ckpt cat ckpt-17644 logo.png --json | jq -r .content_base64 | base64 -d > logo.png
 """)
@@ -333,6 +390,7 @@ def cat(state: State, id: str, path: str, as_json: bool) -> None:  # noqa: A002
     target. With --json: {"id", "path", "content_base64", "size"}.
     """
     service = state.open()
+    warn_restore_pending(service)
     record = service.get(id)
     stdout = sys.stdout.buffer  # click.get_binary_stream is deprecated (click 9)
     if not as_json:

@@ -15,7 +15,7 @@ OPT_STR = (str, type(None))
 RECORD = {"id": str, "label": OPT_STR, "reason": OPT_STR, "turn_id": OPT_STR,
           "message_id": OPT_STR, "tool_call_id": OPT_STR, "summary": OPT_STR, "metadata": dict,
           "session": str, "scope": str, "parent": OPT_STR, "tree": str, "created_at": str,
-          "stats": dict}
+          "stats": dict, "paths": list, "skipped": list}
 STATS = {"files": int, "bytes": int, "new_objects": int, "new_bytes": int, "skipped": int,
          "duration_ms": int}
 RESTORE_COUNTS = {"id": str, "written": int, "deleted": int, "dirs_created": int,
@@ -41,8 +41,8 @@ def check(value: Any, schema: dict[str, Any]) -> None:
         assert type(item) in kinds or (float in kinds and type(item) is int), (key, item)
 
 
-def check_record(rec: Any) -> None:
-    check(rec, RECORD)
+def check_record(rec: Any, schema: dict[str, Any] = RECORD) -> None:
+    check(rec, schema)
     check(rec["stats"], STATS)
     assert rec["scope"] in ("tree", "paths")
     assert len(rec["tree"]) == 64 and rec["created_at"].endswith("Z")
@@ -78,14 +78,15 @@ def test_create_latest_list_schema(initialized: Path, ckpt_in: CkptIn) -> None:
     check_record(doc(ckpt_in("latest", "--json")))
     records = doc(ckpt_in("list", "--json"))
     assert isinstance(records, list) and len(records) == 1
-    check_record(records[0])
+    listed = {**RECORD, "changed": (int, type(None))}
+    check_record(records[0], listed)
     for rec in doc(ckpt_in("list", "--all-sessions", "--json")):
-        check_record(rec)
+        check_record(rec, listed)
 
 
 def test_show_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
     out = doc(ckpt_in("show", two[0], "--json"))
-    check(out, {**RECORD, "files": list})
+    check(out, {**RECORD, "files": list, "absent": list})
     for entry in out["files"]:
         extra = {"target": str} if entry["kind"] == "symlink" else {"oid": str}
         check(entry, {**FILE_ENTRY, **extra})
