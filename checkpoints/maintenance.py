@@ -18,7 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ckpt.checkpoints import reserve
-from ckpt.checkpoints.errors import CatalogCorrupt, PruneIncomplete
+from ckpt.checkpoints.errors import CatalogCorrupt, PruneIncomplete, display_text
 from ckpt.checkpoints.journal import RestoreIntent, decode_intent, read_intent
 from ckpt.checkpoints.lock import RootLock
 from ckpt.checkpoints.model import Event
@@ -112,8 +112,10 @@ class Maintenance:
             reserve.replenish(ws.store_dir)
         from ckpt.checkpoints.reports import GcReport  # noqa: PLC0415 (lazy: see the module)
 
+        stopped = found.compaction_error
         return GcReport(found.objects_removed, found.bytes_freed, found.objects_kept,
-                        found.objects_young, found.temporaries_removed + swept, dry_run, held)
+                        found.objects_young, found.temporaries_removed + swept, dry_run, held,
+                        None if stopped is None else display_text(str(stopped)))
 
     def _held_back(self, roots: Sequence[ObjectId], grace: float) -> HeldBack | None:
         """The unreachable objects inside the grace period, as the store holds them now, and

@@ -102,12 +102,15 @@ class GcReport:
     temporaries_removed: int
     dry_run: bool
     held_back: HeldBack | None = None  # None: nothing unreachable was kept
+    # Why compaction stopped (out of space): what it removed is counted, the rest stays whole.
+    compaction_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"objects_removed": self.objects_removed, "bytes_freed": self.bytes_freed,
                 "objects_kept": self.objects_kept, "objects_young": self.objects_young,
                 "temporaries_removed": self.temporaries_removed, "dry_run": self.dry_run,
-                "held_back": self.held_back.to_json() if self.held_back else None}
+                "held_back": self.held_back.to_json() if self.held_back else None,
+                "compaction_error": self.compaction_error}
 
 
 @dataclass(frozen=True, slots=True)

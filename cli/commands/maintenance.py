@@ -27,7 +27,7 @@ from ckpt.cli.render import (
 )
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints import Event, HeldBack, PruneReport
+    from ckpt.checkpoints import Event, GcReport, HeldBack, PruneReport
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]  # generic only in click >= 8.2
@@ -88,6 +88,8 @@ def prune(state: State, reason: str | None, turn_id: str | None, keep_latest: in
                        f"{failure.message}", hint="'ckpt gc' frees their objects once it can run"
                        + (f"; {failure.hint}" if failure.hint else ""), code=PARTLY_DONE) from exc
     _print_prune(report, as_json)
+    if report.gc is not None:
+        _stopped_compacting(report.gc)
 
 
 def _print_prune(report: PruneReport, as_json: bool, *,
@@ -137,6 +139,7 @@ def gc(state: State, dry_run: bool, as_json: bool) -> None:
     report = state.open().gc(dry_run=dry_run)
     if as_json:
         write_json(report.to_json())
+        _stopped_compacting(report)
         return
     verb = "would remove" if dry_run else "removed"
     lines = [(f"{verb} {report.objects_removed} object(s), "
@@ -145,6 +148,15 @@ def gc(state: State, dry_run: bool, as_json: bool) -> None:
     if report.held_back is not None:
         lines.append(_held_back_line(report.held_back))
     write_lines(lines)
+    _stopped_compacting(report)
+
+
+def _stopped_compacting(report: GcReport) -> None:
+    """A gc that ran out of room while compacting freed what its report counts and left the
+    rest of the store whole: say on stderr that compacting is left undone."""
+    if report.compaction_error is not None:
+        click.echo(f"ckpt: warning: gc stopped compacting: {report.compaction_error}; run "
+                   "'ckpt gc' again once there is room", err=True)
 
 
 def _damage_json(d: Any) -> dict[str, Any]:

@@ -163,7 +163,7 @@ def test_gc_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
         check(doc(ckpt_in("gc", "--json", *extra)),
               {"objects_removed": int, "bytes_freed": int, "objects_kept": int,
                "objects_young": int, "temporaries_removed": int, "dry_run": bool,
-               "held_back": (dict, type(None))})
+               "held_back": (dict, type(None)), "compaction_error": (str, type(None))})
 
 
 FSCK = {"ok": bool, "full": bool, "repaired": list, "trees_checked": int, "blobs_checked": int,

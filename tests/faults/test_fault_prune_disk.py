@@ -51,15 +51,18 @@ def checkpoint(root: str, store: str, rng: random.Random, index: int, *,
 
 def assert_pruned_or_says_why(run: h.Run, dropped: int, store: str) -> None:
     """Exit 0 having pruned and collected, or exit 3 naming what it pruned and why the gc
-    after it failed; never exit 1 after dropping checkpoints."""
+    after it failed or stopped compacting; never exit 1 after dropping checkpoints."""
     assert run.code in (h.OK, h.NOTHING), run
     assert run.out.startswith(f"removed {dropped} checkpoint(s)"), run
+    lines = run.err.strip().splitlines()
+    assert len(lines) <= 1 and "Traceback" not in run.err, run
     if run.code == h.NOTHING:
-        lines = run.err.strip().splitlines()
-        assert len(lines) == 1 and "Traceback" not in run.err, run
         assert lines[0].startswith(f"ckpt: error: pruned {dropped} checkpoint(s), but gc "
                                    f"failed: {ENOSPC_TEXT}: {store}"), run
         assert "'ckpt gc' frees their objects once it can run" in lines[0], run
+    elif lines:  # collected, but compacting was left undone for lack of room
+        assert lines[0].startswith("ckpt: warning: gc stopped compacting: "), run
+        assert ENOSPC_TEXT in lines[0] and store in lines[0], run
 
 
 @contextmanager
@@ -116,12 +119,13 @@ def test_prune_and_gc_run_on_a_disk_the_store_filled(base: str) -> None:
         assert_pruned_or_says_why(run, len(ids) - 1, store)
         assert h.listed_ids(root, store) == {ids[-1]}
         gc = h.ckpt(root, "gc", store=store)
-        if gc.code == h.OK:
-            assert free_bytes(mount) > full + (1 << 20), f"gc freed nothing: {gc}"
-        else:  # it says exactly why not
-            lines = gc.err.strip().splitlines()
-            assert gc.code == h.USER_ERROR and len(lines) == 1, gc
-            assert ENOSPC_TEXT in lines[0] and store in lines[0], gc
+        # Packs that hold only garbage go first, without needing room: space comes back even
+        # when the compaction after it runs out (a warning says so).
+        assert gc.code == h.OK and gc.out.startswith("removed "), gc
+        assert free_bytes(mount) > full + (1 << 20), f"gc freed nothing: {gc}"
+        if gc.err:
+            assert gc.err.startswith("ckpt: warning: gc stopped compacting: "), gc
+            assert ENOSPC_TEXT in gc.err and store in gc.err, gc
         h.tally("disk full store-filled", injected=1, passed=1, gc_failed=int(gc.code != h.OK))
         h.remount(mount, "64m")  # with room again, everything works and nothing was lost
         assert h.ckpt(root, "gc", store=store).code == h.OK
