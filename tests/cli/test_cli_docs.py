@@ -201,7 +201,7 @@ def test_readme_names_the_commands_that_complete_a_killed_restore() -> None:
     assert "completed by the next command" not in text
     assert ("completed by the next `create`, `restore`, `diff` against the workspace or "
             "`recover`") in text
-    recover = CLI_MD.read_text(encoding="utf-8").split("### `ckpt recover`", 1)[1]
+    recover = CLI_MD.read_text(encoding="utf-8").split("### `ckpt recover", 1)[1]
     recover = " ".join(recover.split("\n### ", 1)[0].split())
     assert "`create`, `restore` or `diff ID`" in recover and "warn on stderr" in recover
 

@@ -101,13 +101,13 @@ def test_list_json_holds_every_column_and_changed_counts_changes(history: dict[s
     lines, docs = both(ckpt_in, "list")
     header = re.split(r"\s{2,}", lines[0])
     assert header == ["id", "created (UTC)", "reason", "turn", "label", "files", "changed"]
-    assert len(lines) - 1 == len(docs) == 3
+    assert len(lines) - 1 == len(docs) == 4  # a, b, the checkpoint `track` took, c
     for line, doc in zip(lines[1:], docs):
         cells = re.split(r"\s{2,}", line.strip())
         assert cells == [doc["id"], when(doc["created_at"]), doc["reason"] or "-",
                          doc["turn_id"] or "-", doc["label"] or "-", str(doc["stats"]["files"]),
                          "-" if doc["changed"] is None else str(doc["changed"])]
-    changed = {doc["id"]: doc["changed"] for doc in docs}
+    changed = {doc["id"]: doc["changed"] for doc in docs if doc["reason"] != "track"}
     # A: every file is new; B: a.txt, though `diff` had read it; C: a.txt within its paths.
     assert changed == {history["a"]: docs[0]["stats"]["files"], history["b"]: 1,
                        history["c"]: 0}
@@ -127,8 +127,9 @@ def test_stats_json_holds_every_line(history: dict[str, str], ckpt_in: CkptIn) -
     assert facts.pop("on disk").endswith(f"({doc['stored_bytes']} bytes)")
     assert facts.pop("logical").endswith(f"({doc['logical_bytes']} bytes)")
     assert facts.pop("dedup ratio") == f"{doc['dedup_ratio']:.2f}x"
-    assert facts.pop("checkpoints") == str(doc["checkpoints"])
-    assert facts == {name: str(n) for name, n in doc["sessions"].items()}
+    assert facts.pop("checkpoints").split()[0] == str(doc["checkpoints"])
+    assert facts == {**{f"session {name}": str(n) for name, n in doc["sessions"].items()},
+                     **{f"root {root}": str(n) for root, n in doc["roots"].items()}}
 
 
 def test_events_json_holds_every_row(history: dict[str, str], ckpt_in: CkptIn) -> None:
@@ -140,4 +141,8 @@ def test_events_json_holds_every_row(history: dict[str, str], ckpt_in: CkptIn) -
         assert (at, kind, session) == (when(doc["at"]), doc["type"], doc["session"])
         for key, value in re.findall(r"(\w+)=(.*?)(?= \w+=|$)", details):
             item = doc[key]
-            assert value == (str(len(item)) if isinstance(item, list) else str(item)), key
+            if key in ("removed", "spared", "discarded"):  # ids, the first three named
+                more = f",+{len(item) - 3} more" if len(item) > 3 else ""
+                assert value == (",".join(item[:3]) or "-") + more, key
+            else:
+                assert value == (str(len(item)) if isinstance(item, list) else str(item)), key

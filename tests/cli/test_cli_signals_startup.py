@@ -46,6 +46,10 @@ def judge(code: int, stderr: str) -> str:
     """One outcome's kind; raises when ckpt let a traceback out or exited otherwise."""
     if stderr.startswith(INTERPRETER_FAILURES):
         return "interpreter start-up"
+    if code == 1 and stderr == "KeyboardInterrupt\n":
+        # Raised in Python's C start-up before the script's first line (no frame, so no
+        # traceback): the interpreter prints the bare name and exits 1.
+        return "interpreter start-up"
     if "Traceback" in stderr:
         ours = [f for f in ckpt_frames(stderr) if f not in ENTRY_FILES]
         assert not ours, f"a traceback through ckpt's code ({ours}):\n{stderr}"
