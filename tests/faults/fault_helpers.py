@@ -183,6 +183,22 @@ print("done", flush=True)
 """
 
 
+def kill_restore_mid_apply(root: str, store: str, first: str, second: str,
+                           target: Model, current: Model,
+                           rng: random.Random, attempts: int = 5) -> None:
+    """Restore `first` (whose tree is `target`) over `current` (checkpoint `second`) and kill
+    it mid-apply: a journal left and the tree neither state. On a loaded machine the kill may
+    land after the apply: then recover, go back to `second` and try again."""
+    for _attempt in range(attempts):
+        killed = kill_mid_apply(root, first, rng)
+        if killed and journals(store) and tree_state(root) not in (target, current):
+            return
+        assert ckpt(root, "recover").code == OK
+        assert ckpt(root, "restore", "--no-save", second).code == OK
+        assert tree_state(root) == current
+    raise AssertionError(f"the restore was not killed mid-apply in {attempts} attempts")
+
+
 def kill_mid_apply(root: str, checkpoint_id: str, rng: random.Random) -> bool:
     """Restore `checkpoint_id` in a child killed after its first apply tick (plus a seeded
     sub-tick delay); True if it was killed mid-apply (False: it finished first)."""
