@@ -325,6 +325,7 @@ def bind_root(root: str, store: str, catalog: Catalog, *,
         _adopt_legacy_dir(roots, legacy_key(root), identity)
     bound = _read_binding(root_dir)
     if bound is None:
+        _release_path(roots, root, identity, catalog, lock)
         _write_binding(root_dir, root)
         return Binding(identity, identity)
     if bound == root:
@@ -337,10 +338,29 @@ def bind_root(root: str, store: str, catalog: Catalog, *,
         bound = _read_binding(root_dir)
         if bound is None or bound == root:
             return Binding(identity, identity)
+        _release_path(roots, root, identity, catalog, lock)
         count = len(catalog.history(session=None, root=bound))
         catalog.rebind_root(bound, root, event=moved_event(identity, bound, root, count))
         _write_binding(root_dir, root)
     return Binding(identity, identity, moved_from=bound)
+
+
+def _release_path(roots: str, root: str, identity: str, catalog: Catalog,
+                  lock: Callable[[str], AbstractContextManager[object]]) -> None:
+    """`root` now holds workspace `identity`: any other workspace whose back pointer still
+    names it has moved away and not been opened since. Records carry the root path, so its
+    history is parked under a path no workspace has (`roots/<its id>/away`) before this one
+    takes the path; opened where it went, it re-binds its own records, not this one's."""
+    for other in sorted(os.listdir(roots)):
+        other_dir = os.path.join(roots, other)
+        if other == identity or not _ID.fullmatch(os.fsencode(other)) \
+                or _read_binding(other_dir) != root:
+            continue
+        with lock(other_dir):
+            if _read_binding(other_dir) == root:
+                away = os.path.join(other_dir, "away")
+                catalog.rebind_root(root, away)
+                _write_binding(other_dir, away)
 
 
 def _adopt_legacy_dir(roots: str, old: str, identity: str) -> None:
