@@ -484,13 +484,24 @@ class Catalog:
                 if journal is not None:
                     self._set_journal(conn, os.fsencode(record.root), journal)
         except BaseException:
-            if name is not None:
+            # A Ctrl-C can land after the commit, in the transaction's exit: the row then
+            # exists and its file must stay (the next open names it). Unsure: keep it too.
+            if name is not None and not self._maybe_committed(record.id):
                 self.records.discard_pending(name)
             raise
         # Committed: the checkpoint exists. A failure to name its file now is not a failure
         # of the create; the next open names it (the file is pending, its row committed).
         with contextlib.suppress(OSError):
             self.records.publish(name)
+
+    def _maybe_committed(self, checkpoint_id: str) -> bool:
+        """Whether the row of `checkpoint_id` may exist (True when the catalog cannot say)."""
+        try:
+            with self._guard():
+                return self._conn.execute("SELECT 1 FROM checkpoints WHERE id = ?",
+                                          (checkpoint_id,)).fetchone() is not None
+        except Exception:  # noqa: BLE001 - keeping a pending file is always safe
+            return True
 
     def resolve(self, ref: str) -> CheckpointRecord:
         """The record with id `ref`, else the one whose id starts with `ref`.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from ckpt.checkpoints.catalog import (
     _expected_structure,
     structure_digest,
 )
-from ckpt.checkpoints.errors import CatalogCorrupt
+from ckpt.checkpoints.errors import CatalogCorrupt, CheckpointError
 from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats
 from ckpt.checkpoints.records import (
     BadRecord,
@@ -201,3 +203,30 @@ def test_an_older_catalog_gets_record_files_when_upgraded(tmp_path: Path) -> Non
 
 def test_the_pinned_schema_structure_is_the_schema_s() -> None:
     assert structure_digest(_expected_structure()) == EXPECTED_STRUCTURE
+
+
+def test_a_ctrl_c_after_the_commit_keeps_the_record_file(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt that lands in the transaction's exit after the COMMIT: the row
+    exists, so its pending record file stays, and the next open names it."""
+    db = str(tmp_path / "catalog.db")
+    with Catalog.open(db) as catalog:
+        write = catalog._write
+
+        @contextmanager
+        def interrupted_after_commit() -> Iterator[Any]:
+            with write() as conn:
+                yield conn
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(catalog, "_write", interrupted_after_commit)
+        with pytest.raises(KeyboardInterrupt):
+            catalog.add_checkpoint(_record("ckpt-1-a"))
+        monkeypatch.undo()
+        with pytest.raises(CheckpointError):  # an error before the commit: nothing is kept
+            catalog.add_checkpoint(_record("ckpt-1-a"))
+    with Catalog.open(db) as catalog:
+        assert [r.id for r in catalog.history(session=None)] == ["ckpt-1-a"]
+        assert catalog.records.names() == {"ckpt-1-a"}
+        sound, problems = catalog.audit()
+        assert [r.id for r in sound] == ["ckpt-1-a"] and problems == []
