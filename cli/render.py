@@ -232,7 +232,7 @@ def diff_stat(rows: Sequence[StatRow], width: int = 80) -> list[str]:
     N ++--` scaled to fit, `Bin A -> B bytes` for a binary file, then the summary line."""
     if not rows:
         return []
-    max_len = max(len(r.name) for r in rows)
+    max_len = max(_width(r.name) for r in rows)
     max_change = max((r.insertions + r.deletions for r in rows if not r.binary), default=0)
     bin_width = max((14 + len(str(r.new_size)) + len(str(r.old_size))
                      for r in rows if r.binary), default=0)
@@ -250,13 +250,14 @@ def diff_stat(rows: Sequence[StatRow], width: int = 80) -> list[str]:
     lines = []
     for row in rows:
         name, prefix = row.name, ""
-        if name_width < len(name):  # keep the tail, from a "/" when there is one
+        if name_width < _width(name):  # keep the tail, from a "/" when there is one
             prefix = "..."
-            name = name[len(name) - max(name_width - 3, 0):]
+            while name and _width(name) > max(name_width - 3, 0):
+                name = name[1:]
             slash = name.find("/")
             if slash >= 0:
                 name = name[slash:]
-        head = f" {prefix}{name}{' ' * max(name_width - len(prefix) - len(name), 0)} | "
+        head = f" {prefix}{name}{' ' * max(name_width - len(prefix) - _width(name), 0)} | "
         if row.binary:
             lines.append(f"{head}{'Bin'.rjust(number_width)} {row.old_size} -> "
                          f"{row.new_size} bytes")
@@ -285,6 +286,17 @@ def diff_stat(rows: Sequence[StatRow], width: int = 80) -> list[str]:
         summary += f", {deletions} deletion{'' if deletions == 1 else 's'}(-)"
     lines.append(summary)
     return lines
+
+
+def _width(text: str) -> int:
+    """Terminal columns of `text`: 2 for a wide character, 0 for a combining one (as git's
+    utf8_strwidth counts them)."""
+    if text.isascii():
+        return len(text)
+    import unicodedata  # only a name beyond ASCII needs it
+
+    return sum(0 if unicodedata.combining(c) else
+               2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def _scale(it: int, width: int, max_change: int) -> int:

@@ -55,6 +55,7 @@ def change_tree(ws: Path) -> None:
     (ws / "link").symlink_to("sub")
     (ws / "logo.bin").write_bytes(b"\x89PNG\0\0\x01")
     (ws / "no eol.txt").write_bytes(b"last line")
+    (ws / "日本語のファイル.txt").write_text("wide name\n")  # two columns a character in --stat
 
 
 @pytest.fixture
