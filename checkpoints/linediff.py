@@ -186,28 +186,26 @@ def _indent(line: bytes) -> int:
     return -1
 
 
+def _blanks_then_indent(lines: Sequence[bytes], order: range) -> tuple[int, int]:
+    """Blank lines met walking `order`, and the indent of the first other line (-1: none;
+    0 after MAX_BLANKS blank lines)."""
+    blanks = 0
+    for i in order:
+        indent = _indent(lines[i])
+        if indent != -1:
+            return blanks, indent
+        blanks += 1
+        if blanks == MAX_BLANKS:
+            return blanks, 0
+    return blanks, -1
+
+
 def _split_score(lines: Sequence[bytes], split: int) -> tuple[int, int]:
     """(effective indent, penalty) of cutting `lines` before line `split`."""
     end_of_file = split >= len(lines)
     indent = -1 if end_of_file else _indent(lines[split])
-    pre_blank, pre_indent = 0, -1
-    for i in range(split - 1, -1, -1):
-        pre_indent = _indent(lines[i])
-        if pre_indent != -1:
-            break
-        pre_blank += 1
-        if pre_blank == MAX_BLANKS:
-            pre_indent = 0
-            break
-    post_blank, post_indent = 0, -1
-    for i in range(split + 1, len(lines)):
-        post_indent = _indent(lines[i])
-        if post_indent != -1:
-            break
-        post_blank += 1
-        if post_blank == MAX_BLANKS:
-            post_indent = 0
-            break
+    pre_blank, pre_indent = _blanks_then_indent(lines, range(split - 1, -1, -1))
+    post_blank, post_indent = _blanks_then_indent(lines, range(split + 1, len(lines)))
     penalty = 0
     if pre_indent == -1 and pre_blank == 0:
         penalty += START_OF_FILE_PENALTY
