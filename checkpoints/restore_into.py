@@ -65,8 +65,9 @@ def restore_into(ws: Workspace, record: CheckpointRecord, only: tuple[RelPath, .
     found = Found((), ())
     with RootLock(os.path.join(ws.store_dir, "gc.lock"), timeout=ws.config.lock_timeout,
                   shared=True, purpose="restore --target"):
+        # The parents a tracked scope's tombstones imply are made, then removed again.
         plan = plan_restore(ws.objects.get_tree, None, record.tree, scope="tree", only=only,
-                            reserved=ws.store_rel())
+                            absent_parents=record.absent_parents, reserved=ws.store_rel())
         if dry_run:
             return dry_run_report(record, plan, found, started, into=dest)
         check_target(ws, dest)  # still empty now that the lock is held
