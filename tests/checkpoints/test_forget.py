@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ckpt.checkpoints import (
-    Checkpoints,
     CheckpointInUse,
+    Checkpoints,
     ForgetReport,
     UnknownCheckpoint,
 )
