@@ -229,11 +229,27 @@ RULES: dict[str, Rule] = {
 
 def classify(exc: BaseException) -> Failure:
     """The exit code and words for `exc` (the first rule along its MRO)."""
+    interrupt = _interrupt_inside(exc)
+    if interrupt is not None:
+        exc = interrupt
     for cls in type(exc).__mro__:
         rule = RULES.get(f"{cls.__module__}.{cls.__qualname__}")
         if rule is not None:
             return rule(exc)
     return _internal(exc)  # pragma: no cover - BaseException is in the table
+
+
+def _interrupt_inside(exc: BaseException) -> KeyboardInterrupt | None:
+    """A Ctrl-C that Python wrapped in another error (a class body's `__set_name__` call
+    raises RuntimeError from it) is still a Ctrl-C: exit 130, not an internal error."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__
+    return None
 
 
 def report(exc: BaseException, *, debug: bool, stream: TextIO | None = None) -> int:
