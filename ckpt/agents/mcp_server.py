@@ -353,35 +353,35 @@ def list_checkpoints(service: Checkpoints, *, limit: int, reason: str | None,
 def diff(service: Checkpoints, *, from_ref: str, to_ref: str | None, paths: list[str] | None,
          patch: bool, max_bytes: int) -> Diffed:
     start = service.resolve(from_ref)
-    end = service.resolve(to_ref) if to_ref is not None else None
-    end_id = end.id if end is not None else None
-    changes = service.diff(start.id, end_id)
-    wanted = [p.encode("utf-8", "surrogateescape") for p in paths or ()]
-    if wanted:
-        changes = [c for c in changes if _under(c.path, wanted)]
+    end_id = service.resolve(to_ref).id if to_ref is not None else None
     insertions = deletions = 0
     text: str | None = None
     truncated = False
     note: str | None = None
-    if patch:
+    if patch:  # one diff (one scan of the workspace) gives the changes and their patches
         patches = service.patch(start.id, end_id, paths=paths or None)
+        changes = [(p.path, p.change, p.reason) for p in patches]
         insertions = sum(p.insertions for p in patches)
         deletions = sum(p.deletions for p in patches)
-        parts = [p.text for p in patches]
+        parts = [p.text for p in patches if p.text]
         text, shown, truncated = cut_patch(parts, max(0, max_bytes))
         if truncated:
             note = (f"patch cut at {len(text.encode())} of {sum(map(len, parts))} bytes; "
                     f"{shown} of {len(parts)} files shown; pass paths=[...] for the rest")
+    else:
+        wanted = [p.encode("utf-8", "surrogateescape") for p in paths or ()]
+        changes = [(c.path, c.change, c.reason) for c in service.diff(start.id, end_id)
+                   if not wanted or _under(c.path, wanted)]
     listed = changes[:MAX_CHANGES]
     if len(changes) > len(listed):
         truncated = True
         note = (note + "; " if note else "") + (
             f"{len(listed)} of {len(changes)} changes listed; pass paths=[...] to narrow")
     return {"from": start.id, "to": end_id,
-            "changes": [{"path": _text(c.path), "change": c.change, "reason": c.reason}
-                        for c in listed],
+            "changes": [{"path": _text(path), "change": change, "reason": reason}
+                        for path, change, reason in listed],
             "changes_total": len(changes),
-            "stat": {"files": sum(1 for c in changes if c.change != "S"),
+            "stat": {"files": sum(1 for _, change, _ in changes if change != "S"),
                      "insertions": insertions, "deletions": deletions},
             "patch": text, "truncated": truncated, "note": note}
 
@@ -399,7 +399,7 @@ def undo(service: Checkpoints, *, dry_run: bool) -> Undone:
         if partial is None:
             raise
         report, result = partial, restored(partial, complete=False)
-    return {**result, "undid": getattr(report, "undid", None)}
+    return {**result, "undid": report.undid}
 
 
 class _Capped:
@@ -423,8 +423,8 @@ def read_file(service: Checkpoints, *, ref: str, path: str, max_bytes: int) -> F
     sink = _Capped(max(0, max_bytes))
     # The library finds the entry and refuses what is no file (missing, a directory, unsafe).
     service.copy_file(record.id, path, cast("BinaryIO", sink))
-    rel = os.path.normpath(os.path.join(service.root, path))
-    rel = os.path.relpath(rel, service.root).encode("utf-8", "surrogateescape")
+    rel = os.path.relpath(os.path.normpath(os.path.join(service.root, path)),
+                          service.root).encode("utf-8", "surrogateescape")
     entry = next((f for f in service.files(record.id) if f.path == rel), None)
     kind = entry.kind.name.lower() if entry is not None else "file"
     shown = _text(entry.path if entry is not None else rel)
@@ -444,11 +444,9 @@ def file_history(service: Checkpoints, *, path: str, limit: int, all_sessions: b
     entries: list[HistoryEntry] = []
     for item in newest:
         record = item.record
-        kind = item.kind
         entries.append({
             "id": record.id, "created_at": _when(record.created_at), "change": item.change,
-            "kind": kind if isinstance(kind, str) or kind is None else kind.name.lower(),
-            "size": item.size, "reason": record.reason, "turn_id": record.turn_id,
+            "kind": item.kind, "size": item.size, "reason": record.reason, "turn_id": record.turn_id,
             "tool_call_id": record.tool_call_id})
     return {"path": path, "entries": entries, "total": len(changes),
             "truncated": len(changes) > len(newest)}
