@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 pytest.importorskip("mcp")
-import anyio  # noqa: E402 - after the skip: the SDK's dependency
-import jsonschema  # noqa: E402
-from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
+import anyio
+import jsonschema
+from mcp import ClientSession, StdioServerParameters, stdio_client
 
 TOOLS = {"checkpoint_create", "checkpoint_list", "checkpoint_diff", "checkpoint_restore",
          "checkpoint_undo", "checkpoint_read_file", "checkpoint_file_history"}
