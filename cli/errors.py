@@ -5,6 +5,10 @@ Owns the exit codes of the CLI contract (docs/CLI.md) and the words users see fo
     0 ok · 1 user error (also: unsupported platform) · 2 usage · 3 nothing matched / partial
     restore · 4 store busy · 5 corruption · 130 interrupted
 
+`describe(exc)` gives the same as `(exit_code, kind, message, hint)`, with a stable kind word
+(`KINDS`: `unknown_checkpoint`, `store_busy`, ...) for callers that report errors to a program
+rather than as a `ckpt: error:` line: the MCP server's tool errors and the hook's log.
+
 Unexpected exceptions (a bug in ckpt) exit 1 with "internal error: ..." and a hint to rerun
 with `--debug`, which adds the traceback. A broken stdout pipe (`ckpt list | head -1`) exits
 141 without a message, as a process killed by SIGPIPE would.
