@@ -65,12 +65,12 @@ def _timed(argv: list[str], stdin: bytes, cwd: Path) -> tuple[float, subprocess.
 
 def _stats(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
-    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
     return {"median_ms": round(statistics.median(ordered) * 1000, 1),
             "p90_ms": round(p90 * 1000, 1), "n": len(ordered)}
 
 
-def run(calls: int, files: int, seed: int) -> dict[str, dict[str, float]]:
+def run(calls: int, files: int, seed: int, samples: int = 20) -> dict[str, dict[str, float]]:
     with tempfile.TemporaryDirectory(prefix="ckpt-hook-bench-") as tmp:
         root = Path(tmp, "project").resolve()
         make_project(root, files, seed)
@@ -93,10 +93,11 @@ def run(calls: int, files: int, seed: int) -> dict[str, dict[str, float]]:
                                  "claude-9f1c2a7e-4b1d-4a6e-9d8e-2f3b5c6d7e8f", "list", "--json"],
                                 env=_env(), capture_output=True, check=True)
         assert len(json.loads(listed.stdout)) == calls
-        floor = [_timed([sys.executable, "-c", "pass"], b"", elsewhere)[0] for _ in range(20)]
-        version = [_timed([*ckpt, "--version"], b"", elsewhere)[0] for _ in range(20)]
+        floor = [_timed([sys.executable, "-c", "pass"], b"", elsewhere)[0]
+                 for _ in range(samples)]
+        version = [_timed([*ckpt, "--version"], b"", elsewhere)[0] for _ in range(samples)]
         create = [_timed([*ckpt, "--root", str(root), "create"], b"", elsewhere)[0]
-                  for _ in range(20)]
+                  for _ in range(samples)]
     return {"python -c pass": _stats(floor), "ckpt --version": _stats(version),
             "ckpt create": _stats(create), "ckpt hook claude-code": _stats(hook)}
 
@@ -106,9 +107,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=26)
+    parser.add_argument("--samples", type=int, default=20, help="runs of each baseline")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    results = run(args.calls, args.files, args.seed)
+    results = run(args.calls, args.files, args.seed, args.samples)
     if args.json:
         print(json.dumps(results, indent=2))
         return
