@@ -76,6 +76,24 @@ def mcp(state: State) -> None:
 # -- ckpt hook ----------------------------------------------------------------------------
 
 _HOOK_SETTINGS = {"ignore_unknown_options": True, "allow_extra_args": True}
+_USAGE_ERROR = "ckpt.hook.usage_error"
+
+
+class HookCommand(click.Command):
+    """A hook subcommand whose own usage errors (`--lock-timeout` without a value) are no
+    exit 2, which would block the agent's tool call: kept for `_run_hook` to log."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+                raise
+            ctx.meta[_USAGE_ERROR] = exc.format_message()
+            for param in self.get_params(ctx):
+                if param.expose_value and param.name and param.name not in ctx.params:
+                    ctx.params[param.name] = param.get_default(ctx)
+            return []
 
 
 @click.group(epilog="""\b
@@ -98,7 +116,7 @@ def _lock_option(func: Callable[..., Any]) -> Callable[..., Any]:
                              "the store's lock_timeout applies when it is lower.")(func)
 
 
-@hook.command("claude-code", context_settings=_HOOK_SETTINGS, epilog="""\b
+@hook.command("claude-code", cls=HookCommand, context_settings=_HOOK_SETTINGS, epilog="""\b
 Root: --root/CKPT_ROOT, else $CLAUDE_PROJECT_DIR, else the nearest ancestor of the
 payload's cwd holding .ckpt (never initialized here: run 'ckpt init' once).
 Session: --session/CKPT_SESSION, else claude-<session_id>.
@@ -125,7 +143,7 @@ def claude_code(ctx: click.Context, lock_timeout: str) -> None:
     _run_hook(ctx, "claude-code", parse_claude_code, target, lock_timeout)
 
 
-@hook.command("json", context_settings=_HOOK_SETTINGS, epilog="""\b
+@hook.command("json", cls=HookCommand, context_settings=_HOOK_SETTINGS, epilog="""\b
 stdin: {"reason", "turn_id", "tool_call_id", "message_id", "label", "summary", "metadata"}
 (every key optional; strings, metadata an object). Root and session as for every command.
 \b
@@ -163,10 +181,12 @@ def _run_hook(ctx: click.Context, fmt: str, parse: Callable[[object], HookCall |
     store: str | None = None
     try:
         assert state is not None
+        payload = _read_payload()  # first: the log line then names the event
+        if _USAGE_ERROR in ctx.meta:
+            raise errors.CliError(ctx.meta[_USAGE_ERROR], code=errors.USAGE)
         if ctx.args:
             raise errors.CliError(f"unexpected argument(s): {' '.join(ctx.args)}")
         timeout = _seconds(lock_timeout)
-        payload = _read_payload()
         call = parse(payload)
         if call is None:  # an event this format does not checkpoint
             return

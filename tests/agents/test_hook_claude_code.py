@@ -145,9 +145,13 @@ def test_malformed_json_no_store_and_bad_options_exit_0_with_one_log_line(
     store_log = project / ".ckpt" / "logs" / "hook.log"
     said = _fails_quietly(run_ckpt, payload("pre_bash.json", project), fallback,
                           "--lock-timeout", "soon")
-    assert "--lock-timeout must be a number of seconds" in said
+    assert said.startswith("PreToolUse toolu_01C3bash: user_error: --lock-timeout must be a "
+                           "number of seconds >= 0, not 'soon'")
     said = _fails_quietly(run_ckpt, payload("pre_bash.json", project), fallback, "--bogus")
     assert "unexpected argument(s): --bogus" in said
+    said = _fails_quietly(run_ckpt, payload("pre_bash.json", project), fallback,
+                          "--lock-timeout")
+    assert said == "PreToolUse toolu_01C3bash: usage: Option '--lock-timeout' requires an argument."
     assert not store_log.exists()
     assert records(project, SESSION) == []
 
