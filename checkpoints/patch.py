@@ -19,19 +19,18 @@ SHA-1), so `git apply` and `patch -p1` take it:
 
 Lines split on b"\\n" only (a "\\r" stays part of its line). Hunks carry `context` lines of
 context and merge when at most 2*context equal lines lie between them, as git's do; the
-script comes from `difflib.SequenceMatcher` without its junk heuristic, which agrees with
-git's Myers on unambiguous edits and may place an ambiguous one (a repeated line)
-differently; either way the patch applies. A symlink's content is its target, one line
-without a newline. Names are quoted as git quotes them with core.quotepath=false.
+edit script is `linediff.py`'s (a shortest one, its changes placed as git places them).
+A symlink's content is its target, one line without a newline. Names are quoted as git
+quotes them with core.quotepath=false.
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ckpt.checkpoints.diff import Change
+from ckpt.checkpoints.linediff import grouped, opcodes
 from ckpt.checkpoints.paths import RelPath
 from ckpt.objstore import EntryKind, ObjectId, TreeEntry
 
@@ -206,7 +205,7 @@ def quote_name(name: bytes) -> bytes:
 def _count(a: list[bytes], b: list[bytes]) -> tuple[int, int]:
     """Lines inserted and deleted from `a` to `b` (what --stat shows for a type change)."""
     inserted = deleted = 0
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+    for tag, i1, i2, j1, j2 in opcodes(a, b):
         if tag != "equal":
             deleted += i2 - i1
             inserted += j2 - j1
@@ -225,12 +224,11 @@ def _hunks(a: list[bytes], b: list[bytes], context: int) -> tuple[bytes, int, in
     """The hunks from `a` to `b`, and the lines inserted and deleted."""
     if a == b:
         return b"", 0, 0
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     out: list[bytes] = []
     inserted = deleted = 0
     func = b""
     searched_to = -1  # git looks for the function line only back to the last hunk's start
-    for group in matcher.get_grouped_opcodes(context):
+    for group in grouped(opcodes(a, b), context):
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
         for index in range(i1 - 1, searched_to, -1):
             found = _func_line(a[index])

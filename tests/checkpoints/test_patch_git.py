@@ -4,8 +4,10 @@ same sections (less git's `index` lines), and git applies our patches.
 The corpus covers the cases design-26 lists: a one-line change, inserts at the top and the
 bottom, a delete, hunks 6 and 7 lines apart (the merge edge), no final newline on either side,
 CRLF, empty files, added, deleted, 644 -> 755, a symlink retargeted, a file turned into a
-symlink, a NUL file, names with a space and a tab. The property test edits random lines and
-applies our patch with `git apply` to the old tree: the result must be the new tree.
+symlink, a NUL file, names with a space and a tab; then changes git places by its
+compaction and indent heuristic. Property tests: random edits of a file of distinct lines give
+git's hunks exactly; random edits of repetitive lines give a patch `git apply` turns the old
+file into the new one with.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt.checkpoints import Checkpoints
+from ckpt.checkpoints import Checkpoints, linediff
 from ckpt.checkpoints.diff import Change
 from ckpt.checkpoints.patch import FilePatch, quote_name, render_change
 from ckpt.checkpoints.paths import parse_relpath
@@ -304,3 +306,62 @@ def test_git_apply_turns_old_into_new(case: tuple[bytes, bytes, int], tmp_path: 
                           capture_output=True, check=False)
     assert done.returncode == 0, (done.stderr, fp.text)
     assert (root / "f").read_bytes() == new
+
+
+def test_sliding_changes_are_placed_as_git_places_them(tmp_path: Path) -> None:
+    """Blocks that could sit in several places (repeated blank lines and braces): git's
+    compaction and indent heuristic decide, and ours follow them."""
+    old = (b"#include <stdio.h>\n\nint f(void)\n{\n\treturn 1;\n}\n\nint g(void)\n{\n"
+           b"\treturn 2;\n}\n")
+    new = old.replace(b"}\n\nint g", b"}\n\nint h(void)\n{\n\treturn 3;\n}\n\nint g")
+    py_old = b"class A:\n    def f(self):\n        pass\n\n    def g(self):\n        pass\n"
+    py_new = py_old.replace(b"        pass\n\n    def g",
+                            b"        pass\n\n    def x(self):\n        pass\n\n    def g")
+    check_against_git(tmp_path, {"c.c": ("file", old, 0o644), "p.py": ("file", py_old, 0o644),
+                                 "d.txt": ("file", b"a\nb\nb\nb\nc\n", 0o644)},
+                      {"c.c": ("file", new, 0o644), "p.py": ("file", py_new, 0o644),
+                       "d.txt": ("file", b"a\nb\nb\nc\n", 0o644)})
+
+
+@st.composite
+def distinct_edits(draw: st.DrawFn) -> tuple[bytes, bytes]:
+    """Edits of a file whose lines are all different: one shortest script, so git's hunks
+    and ours must agree line for line."""
+    old = [b"line %d" % i for i in range(draw(st.integers(0, 60)))]
+    new = list(old)
+    fresh = iter(range(10**6))
+    for _ in range(draw(st.integers(1, 6))):
+        at = draw(st.integers(0, len(new)))
+        op = draw(st.sampled_from(["insert", "delete", "replace"]))
+        if op == "insert":
+            new[at:at] = [b"new %d" % next(fresh) for _ in range(draw(st.integers(1, 3)))]
+        elif at < len(new):
+            new[at:at + 1] = [] if op == "delete" else [b"new %d" % next(fresh)]
+    return (b"".join(x + b"\n" for x in old), b"".join(x + b"\n" for x in new))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=distinct_edits())
+def test_hunks_equal_gits_for_random_edits(case: tuple[bytes, bytes], tmp_path: Path) -> None:
+    old, new = case
+    if old == new:
+        return
+    check_against_git(Path(tempfile.mkdtemp(dir=tmp_path)), {"f": ("file", old, 0o644)},
+                      {"f": ("file", new, 0o644)})
+
+
+def test_a_costly_diff_replaces_the_middle_and_still_applies(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(linediff, "MAX_COST", 4)
+    old = b"same\n" + b"".join(b"old %d\n" % i for i in range(10)) + b"same end\n"
+    new = b"same\n" + b"".join(b"new %d\n" % i for i in range(10)) + b"same end\n"
+    change, blobs = _change("f", ("file", old, 0o644), ("file", new, 0o644))
+    assert change is not None
+    fp = render_change(change, blobs.__getitem__)
+    assert (fp.insertions, fp.deletions) == (10, 10)
+    assert fp.text.count(b"\n@@ ") == 1
+    (tmp_path / "f").write_bytes(old)
+    (tmp_path / "p.diff").write_bytes(fp.text)
+    subprocess.run(["git", "apply", "p.diff"], cwd=tmp_path, check=True)
+    assert (tmp_path / "f").read_bytes() == new
