@@ -338,9 +338,8 @@ def create(service: Checkpoints, *, label: str | None, reason: str | None, turn_
 def list_checkpoints(service: Checkpoints, *, limit: int, reason: str | None,
                      turn_id: str | None, tool_call_id: str | None, all_sessions: bool,
                      now: datetime) -> Listed:
-    records = service.history(turn_id=turn_id, reason=reason, all_sessions=all_sessions)
-    if tool_call_id is not None:
-        records = [r for r in records if r.tool_call_id == tool_call_id]
+    records = service.history(turn_id=turn_id, reason=reason, tool_call_id=tool_call_id,
+                              all_sessions=all_sessions)
     newest = records[::-1][:max(1, min(limit, MAX_LIST))]
     return {"checkpoints": [{
         "id": r.id, "created_at": _when(r.created_at), "age": age(r.created_at, now),
