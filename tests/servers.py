@@ -136,6 +136,30 @@ def status(store: str | os.PathLike[str], timeout: float = 10.0) -> dict[str, An
         channel.close()
 
 
+def ask_to_quit(store: str | os.PathLike[str], timeout: float = 10.0) -> bool:
+    """Send QUIT (stop once idle) to the store's server; False when none answers."""
+    from ckpt.cli import wire
+
+    try:
+        sock = wire.connect(socket_path(store), timeout)
+    except OSError:
+        return False
+    channel = wire.Channel(sock)
+    try:
+        channel.send(wire.HELLO, wire.hello_fields())
+        kind, _fields, fds = channel.recv()
+        for fd in fds:
+            os.close(fd)
+        if kind != wire.HELLO:
+            return False
+        channel.send(wire.QUIT)
+        return True
+    except (OSError, EOFError, ValueError):
+        return False
+    finally:
+        channel.close()
+
+
 def request_count(doc: Mapping[str, Any]) -> int:
     """Requests the server ran (accepted), from its status body."""
     value = doc.get("requests", 0)
@@ -176,14 +200,10 @@ class Server:
         return status(self.store)
 
     def stop(self) -> None:
-        """`ckpt server stop`, then SIGKILL by pid if it has not exited; always reaped."""
+        """QUIT (what `ckpt server stop` sends), then SIGKILL by pid if it has not exited;
+        always reaped."""
         try:
-            if self.proc.poll() is None:
-                with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                    subprocess.run([*CLIENT, "--store", self.store, "server", "stop"],
-                                   env=client_env(os.environ, {"CKPT_SERVER": "off"}),
-                                   stdin=subprocess.DEVNULL, capture_output=True,
-                                   timeout=STOP_TIMEOUT, check=False)
+            if self.proc.poll() is None and ask_to_quit(self.store):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=STOP_TIMEOUT)
         finally:
