@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -213,6 +214,8 @@ class Server:
             owner = read_lock_pid(self.store)
             if owner is not None and owner != self.proc.pid:
                 kill_pid(owner)
+            with contextlib.suppress(OSError):
+                self.log.unlink()
 
     def log_text(self) -> str:
         parts = []
@@ -225,12 +228,15 @@ class Server:
 def start_server(store: str | os.PathLike[str], env: Mapping[str, str], *,
                  extra_env: Mapping[str, str] | None = None,
                  cwd: str | os.PathLike[str] | None = None) -> Server:
-    """Start `ckpt server start --foreground` for `store` as a child of this process and wait
+    """Start a server for `store` in the foreground, as a child of this process, and wait
     until it answers STATUS on its socket. Killed if it does not."""
     store = os.fspath(store)
-    log = Path(store).parent / f".server-{os.getpid()}-{time.monotonic_ns()}.out"
-    out = log.open("wb")
-    proc = subprocess.Popen([*CLIENT, "--store", store, "server", "start", "--foreground"],
+    # Outside the workspace and the store: a test compares both with what it expects.
+    fd, name = tempfile.mkstemp(prefix="ckpt-test-server-", suffix=".out")
+    log = Path(name)
+    out = os.fdopen(fd, "wb")
+    # The entry the on-demand spawn runs (cli/server_spawn.py), in the foreground.
+    proc = subprocess.Popen([sys.executable, "-m", "ckpt.cli.server", store, "--foreground"],
                             env={**client_env(env), **(extra_env or {})},
                             cwd=cwd or os.path.dirname(store), stdin=subprocess.DEVNULL,
                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -400,8 +406,6 @@ class TestServers:
             for server in self.servers.values():
                 with contextlib.suppress(Exception):
                     server.stop()
-                with contextlib.suppress(OSError):
-                    server.log.unlink()
             # Servers the test's own subprocesses spawned on demand (CKPT_SERVER unset).
             reap_servers_under(self.sweep)
         return problems

@@ -10,7 +10,8 @@ against a real server for the test's store, started before the first command tha
 store and stopped at teardown, where the server's request count must cover every command
 that the server (not the client) runs (tests/servers.py). A test that is in-process by nature
 (it patches library internals) carries `@pytest.mark.in_process("why")` and skips in server
-mode. CI runs this suite in both modes (.ci/run).
+mode; the tests here that use neither fixture are left out of a server-mode run (they would
+repeat the default run). CI runs this suite in both modes (.ci/run).
 """
 
 from __future__ import annotations
@@ -66,14 +67,30 @@ def pytest_configure(config: pytest.Config) -> None:
         "platform, which a server's process does not see; skipped when CKPT_TEST_MODE=server")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+_HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Server mode: skip the `in_process` tests; leave out the tests of this folder that run
+    no command through `ckpt_in`/`ckpt_proc` (unit tests, and tests that start their own
+    processes): they would only repeat the default run."""
     if not servers.SERVER_MODE:
         return
+    kept, left_out = [], []
     for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if (item.path.is_relative_to(_HERE) and "ckpt_in" not in fixtures
+                and "ckpt_proc" not in fixtures):
+            left_out.append(item)
+            continue
+        kept.append(item)
         marker = item.get_closest_marker("in_process")
         if marker is not None:
             why = marker.args[0] if marker.args else "in-process by nature"
             item.add_marker(pytest.mark.skip(reason=f"in-process only: {why}"))
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
 
 
 _CALL_FAILED = pytest.StashKey[bool]()
