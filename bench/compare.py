@@ -4,9 +4,11 @@ Run ``python -m bench.compare --corpus stdlib|linux|PATH [--rounds N]
 [--tools ckpt,ckpt-api,git] [--json OUT]``. Each round gives each tool a fresh ``cp -a`` copy of
 the corpus and a store in a sibling directory, then measures five steps: first snapshot,
 no-change snapshot, snapshot after a seeded agent turn, restore to the first snapshot, and a
-no-op restore. ``ckpt`` and ``git`` run every step as whole processes; ``ckpt-api`` is ckpt's
-Python API in one long-lived worker (``bench/inprocess.py``) that opens the store once and times
-each call inside itself, as a harness would see it. Tools alternate within a round so none
+no-op restore. ``ckpt`` and ``git`` run every step as whole processes (``ckpt`` with
+``CKPT_SERVER=off``: the cold CLI); ``ckpt-server`` runs the same commands through the thin
+client against the store's resident server, started and warmed before the first step;
+``ckpt-api`` is ckpt's Python API in one long-lived worker (``bench/inprocess.py``) that opens
+the store once and times each call inside itself, as a harness would see it. Tools alternate within a round so none
 always runs on a warmer machine, and no copy is deleted before the run ends while the disk
 has room (deleting one slows the file creations of the rounds after it). Every restore is
 checked against a content manifest of the original tree: a fast but wrong restore aborts
@@ -608,9 +610,9 @@ def proc_memory_kib(pid: int) -> tuple[int, int]:
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
             for line in f:
-                key, _, rest = line.partition(" ")
-                if key in values:
-                    values[key] = int(rest.split()[0])
+                words = line.split()
+                if words and words[0] in values:
+                    values[words[0]] = int(words[1])
     except (OSError, ValueError, IndexError):
         pass
     return values["VmRSS:"], values["VmHWM:"]
@@ -897,8 +899,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--corpus", required=True, help="stdlib, linux, or a directory")
     ap.add_argument("--rounds", type=int, default=3, help="rounds per tool (default 3)")
     ap.add_argument("--tools", default="ckpt,git",
-                    help="comma list of ckpt (the CLI), ckpt-api (the Python API in-process), "
-                         "git (default ckpt,git)")
+                    help="comma list of ckpt (the CLI, no server), ckpt-server (the CLI "
+                         "through a running server), ckpt-api (the Python API in-process), git "
+                         "(default ckpt,git)")
     ap.add_argument("--seed", type=int, default=1, help="seed of round 0's turn (round i: +i)")
     ap.add_argument("--client-reps", type=int, default=20,
                     help="with ckpt-server: repetitions of the client start-up cases "

@@ -289,14 +289,39 @@ def find_server_locks(top: str | os.PathLike[str], max_depth: int = 6) -> list[s
     return sorted(found)
 
 
+def server_pids_for(top: str | os.PathLike[str]) -> dict[int, str]:
+    """Live `python -m ckpt.cli.server STORE` processes whose STORE lies under `top`, found by
+    their command lines (so also one spawned on demand that has not taken its lock yet)."""
+    prefix = os.fsencode(os.path.realpath(top)).rstrip(b"/") + b"/"
+    found: dict[int, str] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"ckpt.cli.server" not in argv:
+            continue
+        stores = [a for a in argv if os.path.realpath(a).startswith(prefix)] if argv else []
+        if stores and alive(int(name)):
+            found[int(name)] = os.fsdecode(stores[0])
+    return found
+
+
 def reap_servers_under(top: str | os.PathLike[str]) -> list[tuple[str, int]]:
-    """Kill every live ckpt server whose store lies under `top`; returns (store, pid) of each."""
+    """Kill every live ckpt server whose store lies under `top` (the lock's owner, and any
+    server process started for a store there); returns (store, pid) of each."""
     reaped = []
     for store in find_server_locks(top):
         pid = read_lock_pid(store)
         if pid is not None and pid != os.getpid() and alive(pid) and is_ckpt_server(pid):
             kill_pid(pid)
             reaped.append((store, pid))
+    for pid, store in server_pids_for(top).items():
+        kill_pid(pid)
+        reaped.append((store, pid))
     return reaped
 
 

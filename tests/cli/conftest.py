@@ -8,7 +8,9 @@ Both modes: with `CKPT_TEST_MODE=server` both fixtures run every command through
 client (`python -m ckpt` in a subprocess, stdout and stderr apart, the same `Run` record)
 against a real server for the test's store, started before the first command that finds the
 store and stopped at teardown, where the server's request count must cover every command
-that the server (not the client) runs (tests/servers.py). A test that is in-process by nature
+that the server (not the client) runs (tests/servers.py). A command whose store does not
+exist yet (the first `init`, an uninitialized root) has no server to go to: it runs as in the
+default mode (no server is spawned on demand either), so a test's servers are the fixture's. A test that is in-process by nature
 (it patches library internals) carries `@pytest.mark.in_process("why")` and skips in server
 mode; the tests here that use neither fixture are left out of a server-mode run (they would
 repeat the default run). CI runs this suite in both modes (.ci/run).
@@ -123,11 +125,10 @@ def test_servers(tmp_path: Path, request: pytest.FixtureRequest
         pytest.fail("\n".join(problems))
 
 
-def _through_client(group: servers.TestServers, args: Sequence[str], cwd: str,
-                    env: dict[str, str], stdin_bytes: bytes | None, timeout: float,
+def _through_client(group: servers.TestServers, store: str | None, args: Sequence[str],
+                    cwd: str, env: dict[str, str], stdin_bytes: bytes | None, timeout: float,
                     stdin: int | None) -> Run:
-    """`ckpt ARGS` through the thin client, after starting the store's server if needed."""
-    store = group.before(args, cwd, env)
+    """`ckpt ARGS` through the thin client (`group.before` started the store's server)."""
     done = subprocess.run(["ckpt", *args], cwd=cwd, env=env, input=stdin_bytes,
                           stdin=stdin if stdin_bytes is None else None, capture_output=True,
                           timeout=timeout, check=False)
@@ -151,8 +152,12 @@ def ckpt_in(ws: Path, monkeypatch: pytest.MonkeyPatch,
         if test_servers is not None:
             # The process's environment as the test left it (monkeypatch), `env` over it.
             full = servers.client_env(_with_pycache(dict(os.environ)), env)
-            return _through_client(test_servers, args, os.getcwd(), full, input, 60,
-                                   subprocess.DEVNULL)
+            store = test_servers.before(args, os.getcwd(), full)
+            if store is not None:
+                return _through_client(test_servers, store, args, os.getcwd(), full, input,
+                                       60, subprocess.DEVNULL)
+            # No store yet (a first `init`, an uninitialized root): no server to ask, and
+            # the client would run it in-process; it runs here, as in the default mode.
         result = runner.invoke(cli, list(args), env=env, input=input, prog_name="ckpt")
         return Run(result.exit_code, result.stdout, result.stderr, result.stdout_bytes)
 
@@ -212,8 +217,11 @@ def ckpt_proc(ws: Path, test_servers: servers.TestServers | None) -> CkptProc:
     def run(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
             timeout: float = 30) -> Run:
         if test_servers is not None:
-            return _through_client(test_servers, args, str(cwd or ws), proc_env(env), None,
-                                   timeout, None)
+            full, here = proc_env(env), str(cwd or ws)
+            store = test_servers.before(args, here, full)
+            if store is None:  # no store yet: in-process, and no server spawned on demand
+                full.setdefault("CKPT_SERVER", "off")
+            return _through_client(test_servers, store, args, here, full, None, timeout, None)
         done = subprocess.run(["ckpt", *args], cwd=cwd or ws, env=proc_env(env),
                               capture_output=True, timeout=timeout, check=False)
         return Run(done.returncode, done.stdout.decode("utf-8", "surrogateescape"),
