@@ -107,6 +107,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     return report
 
 
+@pytest.fixture(autouse=True)
+def _no_server_outlives_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Whatever a test started or spawned on demand for a store in its temp dir is killed
+    (by pid) when it ends, in both modes."""
+    top = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if top is not None:
+        servers.reap_servers_under(top)
+
+
 @pytest.fixture
 def test_servers(tmp_path: Path, request: pytest.FixtureRequest
                  ) -> Iterator[servers.TestServers | None]:
