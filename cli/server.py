@@ -32,13 +32,14 @@ from typing import Any
 
 from ckpt import __version__
 from ckpt.cli import wire
-from ckpt.cli.server_exec import Pool, execute
+from ckpt.cli.server_exec import Pool, execute, pause
 from ckpt.cli.server_request import BadRequest, Request, decline_reason
 
 log = logging.getLogger("ckptserver")
 LOG_BYTES = 1 << 20
 HANDSHAKE_TIMEOUT = 10.0
 TICK = 0.25  # how often the idle main thread looks at its flags and clocks
+VERSION_ENV = "CKPT_SERVER_TEST_VERSION"
 
 
 @dataclass
@@ -82,6 +83,10 @@ class Server:
         self.bound: tuple[int, int] | None = None
         self.idle = 600.0
         self.verify_every = 3600.0
+        # Test hook: a server that says it is of another version (a client newer than it).
+        self.hello = wire.hello_fields()
+        self.version = os.environ.get(VERSION_ENV) or __version__
+        self.hello[1] = self.version.encode()
 
     # -- start ---------------------------------------------------------------------------
 
@@ -97,7 +102,7 @@ class Server:
             os.close(fd)
             return None
         os.ftruncate(fd, 0)
-        os.write(fd, f"pid={os.getpid()} version={__version__} started={int(self.started)}\n"
+        os.write(fd, f"pid={os.getpid()} version={self.version} started={int(self.started)}\n"
                  .encode())
         return fd
 
@@ -155,8 +160,8 @@ class Server:
             _close_all(fds)
             if kind != wire.HELLO:
                 raise wire.ProtocolError(f"first frame {kind!r}")
-            channel.send(wire.HELLO, wire.hello_fields())
-            same = fields == wire.hello_fields()
+            channel.send(wire.HELLO, self.hello)
+            same = fields == self.hello
             self.serve_channel(channel, conn, same_version=same)
         except (OSError, EOFError, wire.ProtocolError, BadRequest) as exc:
             log.debug("connection ended: %s", exc)
@@ -254,7 +259,7 @@ class Server:
         try:
             self.in_command = True
             try:
-                code = execute(pending.request, pending.fds)
+                code = execute(pending.request, pending.fds, self.directory)
             finally:
                 self.in_command = False
         except KeyboardInterrupt:  # landed outside the command's own handling
@@ -268,6 +273,10 @@ class Server:
         self.served += 1
         log.info("request %d: %s -> exit %d in %.1f ms", pending.id,
                  " ".join(pending.request.argv), code, (time.monotonic() - started) * 1000)
+        try:
+            pause("exit", pending.request, self.directory)
+        except KeyboardInterrupt:
+            pass
         try:
             pending.channel.send(wire.EXIT, [str(code).encode()])
         except OSError:
@@ -351,7 +360,7 @@ class Server:
                     entry["watch"] = {"error": str(exc)}
         rss, peak = _memory()
         return {
-            "running": True, "pid": os.getpid(), "version": __version__,
+            "running": True, "pid": os.getpid(), "version": self.version,
             "uptime": round(time.time() - self.started, 3), "store": self.store,
             "socket": self.path, "roots": list(roots.values()), "requests": self.served,
             "rss": rss, "peak_rss": peak, "idle_exit": self.idle or None,
@@ -376,7 +385,7 @@ class Server:
             from ckpt.cli.context import set_pool
 
             set_pool(self.pool)
-            log.info("server %s started: pid %d, store %s", __version__, os.getpid(), self.store)
+            log.info("server %s started: pid %d, store %s", self.version, os.getpid(), self.store)
             threading.Thread(target=self.accept_loop, daemon=True, name="acceptor").start()
             try:
                 self.loop()

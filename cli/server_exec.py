@@ -30,6 +30,12 @@ if TYPE_CHECKING:
 
 POOL_SIZE = 8
 log = logging.getLogger("ckptserver")
+# Test hook: a request whose env sets CKPT_SERVER_TEST_PAUSE=<point> makes the server create
+# `<server dir>/paused-<point>` there and wait until the test removes it (or kills the server).
+# Points: `accepted` (ACCEPTED sent, nothing run yet), `run` (in the command's environment
+# and streams, before the command), `exit` (the command done, EXIT not sent yet).
+PAUSE_ENV = "CKPT_SERVER_TEST_PAUSE"
+PAUSE_LIMIT = 120.0
 
 PoolKey = tuple[str, str | None, str]
 
@@ -167,15 +173,35 @@ def _set_std(*streams: Any) -> None:
     setattr(sys, "__stderr__", streams[5])  # noqa: B010
 
 
-def execute(request: Request, fds: list[int]) -> int:
+def pause(point: str, request: Request, directory: str) -> None:
+    """Block at `point` while `<directory>/paused-<point>` exists, if the request asks."""
+    if request.env.get(PAUSE_ENV) != point:
+        return
+    import time
+
+    marker = os.path.join(directory, f"paused-{point}")
+    with open(marker, "w", encoding="ascii") as f:
+        f.write(f"{os.getpid()}\n")
+    deadline = time.monotonic() + PAUSE_LIMIT
+    while os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def execute(request: Request, fds: list[int], directory: str) -> int:
     """Run the request's command with the client's cwd, env and streams; return its exit
-    code. The descriptors are closed when this returns, whatever happened."""
+    code. The descriptors are closed when this returns, whatever happened. `directory`: the
+    server's, for the test hook `pause`."""
     from ckpt.cli.main import run_command
 
     if len(fds) != 3:
-        for fd in fds:
-            os.close(fd)
+        _close(fds)
         raise ValueError(f"a request carries 3 descriptors, not {len(fds)}")
+    try:
+        pause("accepted", request, directory)
+    except KeyboardInterrupt:
+        _close(fds)
+        return 130  # errors.INTERRUPTED: nothing ran
+
     saved_cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
     env = RequestEnv(request.env)
     try:
@@ -184,11 +210,25 @@ def execute(request: Request, fds: list[int]) -> int:
                 os.chdir(request.cwd)
             except OSError as exc:
                 return _cwd_gone(exc)
+            try:
+                pause("run", request, directory)
+            except KeyboardInterrupt as exc:  # told as a Ctrl-C while `ckpt` starts
+                from ckpt.cli import errors
+
+                return errors.report(exc, debug=False)
             return run_command(list(request.argv))
     finally:
         env.restore()
         os.fchdir(saved_cwd)
         os.close(saved_cwd)
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _cwd_gone(exc: OSError) -> int:

@@ -38,21 +38,30 @@ def ckpt(*args: str, cwd: Path, env: dict[str, str] | None = None,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
+def send_request(store: str, args: list[str], cwd: Path, fds: list[int], *,
+                 hello: list[bytes] | None = None,
+                 extra_env: dict[str, str] | None = None) -> wire.Channel:
+    """Connect, exchange HELLO, send a REQUEST with `fds`; the channel, for the answer."""
+    channel = wire.Channel(wire.connect(wire.socket_path(store), timeout=10))
+    channel.send(wire.HELLO, hello or wire.hello_fields())
+    kind, _, _ = channel.recv()
+    assert kind == wire.HELLO
+    environ = {k: v for k, v in os.environb.items() if k != b"CKPT_SERVER"}
+    environ.update({os.fsencode(k): os.fsencode(v) for k, v in (extra_env or {}).items()})
+    channel.send(wire.REQUEST, wire.request_fields(str(cwd), args, wire.env_items(environ)),
+                 fds=fds)
+    return channel
+
+
 def served(store: str, args: list[str], cwd: Path, tmp: Path, *,
            hello: list[bytes] | None = None) -> tuple[str | None, int, str, str]:
     """Send one REQUEST to the store's server as the thin client does: (decline reason or
     None, exit code, stdout, stderr). stdout/stderr are files, so no pipe can fill up."""
     out_path, err_path = tmp / "served.out", tmp / "served.err"
-    sock = wire.connect(wire.socket_path(store), timeout=10)
-    channel = wire.Channel(sock)
     with open(out_path, "wb") as out, open(err_path, "wb") as err, \
             open(os.devnull, "rb") as stdin:
-        channel.send(wire.HELLO, hello or wire.hello_fields())
-        kind, _, _ = channel.recv()
-        assert kind == wire.HELLO
-        env = wire.env_items({k: v for k, v in os.environb.items() if k != b"CKPT_SERVER"})
-        channel.send(wire.REQUEST, wire.request_fields(str(cwd), args, env),
-                     fds=[stdin.fileno(), out.fileno(), err.fileno()])
+        channel = send_request(store, args, cwd, [stdin.fileno(), out.fileno(), err.fileno()],
+                               hello=hello)
         kind, fields, _ = channel.recv()
         if kind == wire.DECLINE:
             channel.close()
@@ -339,3 +348,70 @@ def test_quit_from_a_client_of_another_version(ws: Path, servers: Servers) -> No
     channel.close()
     wait_until(lambda: not alive(pid), "the old server to leave")
     assert status(ws) == {"running": False}
+
+
+def test_interrupt_reaches_the_running_command(ws: Path, tmp_path: Path,
+                                               servers: Servers) -> None:
+    store = store_of(ws)
+    servers.start(ws)
+    marker = Path(wire.server_dir(store)) / "paused-run"
+    with open(tmp_path / "err", "wb") as err, open(tmp_path / "out", "wb") as out, \
+            open(os.devnull, "rb") as stdin:
+        channel = send_request(store, ["create"], ws, [stdin.fileno(), out.fileno(),
+                                                       err.fileno()],
+                               extra_env={"CKPT_SERVER_TEST_PAUSE": "run"})
+    assert channel.recv()[0] == wire.ACCEPTED
+    wait_until(marker.exists, "the request to pause")
+    channel.send(wire.INTERRUPT, [str(int(signal.SIGINT)).encode()])
+    kind, fields, _ = channel.recv()
+    assert (kind, fields) == (wire.EXIT, [b"130"])
+    assert (tmp_path / "err").read_text() == "ckpt: error: interrupted\n"
+    assert (tmp_path / "out").read_text() == ""
+    assert json.loads(ckpt("list", "--json", cwd=ws).stdout) == []
+    # the next request is not hit by a late interrupt, and the server still serves
+    assert served(store, ["list"], ws, tmp_path)[1] == 0
+
+
+def test_a_request_not_accepted_is_never_run(ws: Path, tmp_path: Path,
+                                             servers: Servers) -> None:
+    """The client of a queued request leaves before the server gets to it: ACCEPTED cannot be
+    sent, so the server drops it (the client would have run it itself)."""
+    store = store_of(ws)
+    servers.start(ws)
+    marker = Path(wire.server_dir(store)) / "paused-accepted"
+    with open(os.devnull, "wb") as sink, open(os.devnull, "rb") as stdin:
+        fds = [stdin.fileno(), sink.fileno(), sink.fileno()]
+        busy = send_request(store, ["list"], ws, fds,
+                            extra_env={"CKPT_SERVER_TEST_PAUSE": "accepted"})
+        assert busy.recv()[0] == wire.ACCEPTED
+        wait_until(marker.exists, "the first request to pause")
+        queued = send_request(store, ["create", "-m", "dropped"], ws, fds)
+        time.sleep(0.2)  # queued behind the paused one
+        queued.close()
+    marker.unlink()
+    assert busy.recv()[:2] == (wire.EXIT, [b"0"])
+    busy.close()
+    wait_until(lambda: "dropped" in (Path(wire.server_dir(store)) / "log").read_text(),
+               "the server to reach the queued request")
+    assert json.loads(ckpt("list", "--json", cwd=ws).stdout) == []
+    assert status(ws)["requests"] == 1
+
+
+def test_a_server_of_another_version_declines_and_can_be_replaced(
+        ws: Path, tmp_path: Path, servers: Servers, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CKPT_SERVER_TEST_VERSION", "0.0.1-old")
+    old = servers.start(ws)
+    monkeypatch.delenv("CKPT_SERVER_TEST_VERSION")
+    assert old["version"] == "0.0.1-old"
+    assert served(store_of(ws), ["list"], ws, tmp_path)[0] == "version"
+    channel = wire.Channel(wire.connect(wire.socket_path(store_of(ws)), timeout=10))
+    channel.send(wire.HELLO, wire.hello_fields())
+    channel.recv()
+    channel.send(wire.QUIT)
+    channel.close()
+    wait_until(lambda: not alive(old["pid"]), "the old server to leave")
+    assert ckpt("list", cwd=ws, server="auto").returncode == 0  # in-process; spawns anew
+    wait_until(lambda: status(ws)["running"], "the new server")
+    new = status(ws)
+    servers.pids.add(new["pid"])
+    assert new["version"] == wire.hello_fields()[1].decode()
