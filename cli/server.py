@@ -56,9 +56,10 @@ class Pending:
 class Running:
     """What the main thread runs now (the acceptor's INTERRUPT looks here)."""
 
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    # Reentrant: the SIGINT handler takes it on the main thread, which may hold it already.
+    lock: threading.RLock = field(default_factory=threading.RLock)
     id: int = 0  # 0: none
-    forwarded: int = 0  # interrupt_main calls not yet seen by the handler
+    forwarded: int = 0  # interrupt_main calls not yet seen by the handler (it counts down)
 
 
 class Server:
@@ -269,7 +270,6 @@ class Server:
         finally:
             with self.running.lock:
                 self.running.id = 0
-                self.running.forwarded = 0
         self.served += 1
         log.info("request %d: %s -> exit %d in %.1f ms", pending.id,
                  " ".join(pending.request.argv), code, (time.monotonic() - started) * 1000)

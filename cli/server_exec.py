@@ -109,11 +109,12 @@ class Pool:
     def verify(self) -> int:
         """Run each watching service's verification walk; return the disagreements found
         (each logged at ERROR: the watcher missed a change, a bug)."""
-        problems = 0
+        problems = walks = 0
         for (root, _, session), service in self.services():
             verify = getattr(service, "verify_watch", None)
-            if verify is None:
+            if verify is None or getattr(service, "watch_state", lambda: None)() is None:
                 continue
+            walks += 1
             try:
                 found = verify()
             except Exception:
@@ -123,6 +124,8 @@ class Pool:
                 problems += 1
                 log.error("BUG: the watched state of %s (session %s) disagrees with a full "
                           "walk: %s", root, session, found)
+        if walks:
+            log.info("verification walk of %d root(s): %d disagreement(s)", walks, problems)
         return problems
 
 

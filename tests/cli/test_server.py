@@ -415,3 +415,18 @@ def test_a_server_of_another_version_declines_and_can_be_replaced(
     new = status(ws)
     servers.pids.add(new["pid"])
     assert new["version"] == wire.hello_fields()[1].decode()
+
+
+def test_idle_server_runs_the_verification_walk(ws: Path, tmp_path: Path,
+                                                servers: Servers) -> None:
+    assert ckpt("config", "set", "server_verify", "0.5", cwd=ws).returncode == 0
+    servers.start(ws)
+    assert served(store_of(ws), ["create"], ws, tmp_path)[1] == 0
+    (ws / "notes.txt").write_text("changed\n")
+    log = Path(wire.server_dir(store_of(ws))) / "log"
+    wait_until(lambda: "verification walk of 1 root(s): 0 disagreement(s)" in log.read_text(),
+               "a verification walk")
+    roots = status(ws)["roots"]
+    assert [r["root"] for r in roots] == [os.path.realpath(ws)]
+    assert roots[0]["sessions"] == ["default"] and roots[0]["watch"] is not None
+    assert "BUG" not in log.read_text()
