@@ -387,6 +387,7 @@ class Server:
             set_pool(self.pool)
             log.info("server %s started: pid %d, store %s", self.version, os.getpid(), self.store)
             threading.Thread(target=self.accept_loop, daemon=True, name="acceptor").start()
+            warm_up()
             try:
                 self.loop()
             finally:
@@ -405,6 +406,21 @@ class Server:
             log.addHandler(logging.StreamHandler(sys.__stderr__))
         log.setLevel(logging.INFO)
         log.propagate = False
+
+
+def warm_up() -> None:
+    """Import now what every request needs (click, the commands, the library and the restore
+    side), so that the first one costs what the others do."""
+    import ckpt.cli.main  # noqa: F401 - imported for its side effect: loaded once
+    from ckpt.cli.context import library
+
+    library()
+    from ckpt.checkpoints import preload
+
+    preload()
+    import gc
+
+    gc.freeze()  # what is loaded now lives as long as the server: out of the collector's way
 
 
 def _close_all(fds: list[int]) -> None:
