@@ -248,10 +248,16 @@ def test_spawned_on_demand_and_then_serves(ws: Path, tmp_path: Path, servers: Se
     assert result.returncode == 0
     wait_until(lambda: status(ws)["running"], "the spawned server")
     servers.pids.add(status(ws)["pid"])
+    # the next calls go through the thin client to the server, with the same results
+    again = ckpt("list", cwd=ws, server="auto")
+    assert (again.returncode, again.stdout, again.stderr) == (0, result.stdout, "")
+    missing = ckpt("diff", "nope", cwd=ws, server="auto")
+    assert (missing.returncode, missing.stderr) == (
+        errors.USER_ERROR, ckpt("diff", "nope", cwd=ws).stderr)
     assert served(store, ["list"], ws, tmp_path)[1:] == (0, result.stdout, "")
-    assert status(ws)["requests"] == 1
+    assert status(ws)["requests"] == 3
     log = (Path(wire.server_dir(store)) / "log").read_text()
-    assert "request 1: list -> exit 0" in log
+    assert "request 1: list -> exit 0" in log and "request 2: diff nope -> exit 1" in log
 
 
 def test_not_spawned_when_off(ws: Path) -> None:
