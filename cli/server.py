@@ -39,6 +39,7 @@ log = logging.getLogger("ckptserver")
 LOG_BYTES = 1 << 20
 HANDSHAKE_TIMEOUT = 10.0
 TICK = 0.25  # how often the idle main thread looks at its flags and clocks
+CHECK_EVERY = 2.0  # how often it checks that its socket is still there
 VERSION_ENV = "CKPT_SERVER_TEST_VERSION"
 
 
@@ -79,6 +80,7 @@ class Server:
         self.next_id = 0
         self.last_activity = time.monotonic()
         self.last_verify = time.monotonic()
+        self.last_check = time.monotonic()
         self.pool = Pool()
         self.listener: socket.socket | None = None
         self.bound: tuple[int, int] | None = None
@@ -307,9 +309,24 @@ class Server:
             if self.idle and now - self.last_activity >= self.idle:
                 log.info("idle for %.0f s: exiting", now - self.last_activity)
                 return
+            if now - self.last_check >= CHECK_EVERY:
+                self.last_check = now
+                if not self.socket_is_ours():
+                    log.info("socket %s removed or replaced (the store deleted?): exiting",
+                             self.path)
+                    return
             if self.verify_every and now - self.last_verify >= self.verify_every:
                 self.last_verify = now
                 self.pool.verify()
+
+    def socket_is_ours(self) -> bool:
+        """Whether the socket file is still the one this server bound (not removed with the
+        store, not replaced by another server's)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self.bound
 
     @staticmethod
     def decline(pending: Pending, reason: bytes) -> None:
@@ -330,12 +347,11 @@ class Server:
             except OSError:
                 pass
             self.listener.close()
-        try:
-            st = os.stat(self.path)
-            if (st.st_dev, st.st_ino) == self.bound:
+        if self.socket_is_ours():
+            try:
                 os.unlink(self.path)
-        except OSError:
-            pass
+            except OSError:
+                pass
         while True:
             try:
                 pending = self.queue.get_nowait()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -436,3 +438,71 @@ def test_idle_server_runs_the_verification_walk(ws: Path, tmp_path: Path,
     assert [r["root"] for r in roots] == [os.path.realpath(ws)]
     assert roots[0]["sessions"] == ["default"] and roots[0]["watch"] is not None
     assert "BUG" not in log.read_text()
+
+
+def test_a_server_whose_store_is_deleted_exits(ws: Path, servers: Servers) -> None:
+    pid = servers.start(ws)["pid"]
+    shutil.rmtree(ws / ".ckpt")
+    wait_until(lambda: not alive(pid), "the server of a deleted store to exit")
+
+
+def test_a_closed_stdout_is_exit_141_as_in_process(ws: Path, tmp_path: Path,
+                                                   servers: Servers) -> None:
+    store = store_of(ws)
+    servers.start(ws)
+    for _ in range(3):
+        assert ckpt("create", cwd=ws).returncode == 0
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with open(tmp_path / "err", "wb") as err, open(os.devnull, "rb") as stdin:
+        channel = send_request(store, ["list", "--json"], ws,
+                               [stdin.fileno(), write_end, err.fileno()])
+    os.close(write_end)
+    assert channel.recv()[0] == wire.ACCEPTED
+    assert channel.recv()[:2] == (wire.EXIT, [str(errors.BROKEN_PIPE).encode()])
+    assert (tmp_path / "err").read_text() == ""
+    assert served(store, ["list"], ws, tmp_path)[1] == 0  # the server is unharmed
+
+
+def test_spawned_server_keeps_none_of_the_callers_descriptors(ws: Path,
+                                                              servers: Servers) -> None:
+    """A harness waiting for EOF on any pipe it gave `ckpt` (stdout, or an inherited extra
+    descriptor) sees it when `ckpt` exits, though the server it spawned lives on."""
+    extra_r, extra_w = os.pipe()
+    env = dict(os.environ, CKPT_SERVER="auto")
+    proc = subprocess.Popen([PY, "-m", "ckpt", "list"], cwd=ws, env=env, pass_fds=(extra_w,),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    os.close(extra_w)
+    proc.communicate(timeout=120)  # EOF on stdout and stderr
+    assert proc.returncode == 0
+    wait_until(lambda: status(ws)["running"], "the spawned server")
+    servers.pids.add(status(ws)["pid"])
+    # EOF: nobody holds the write end any more
+    assert select.select([extra_r], [], [], WAIT)[0] and os.read(extra_r, 1) == b""
+    os.close(extra_r)
+
+
+def test_pool_keeps_the_most_recently_used_services(tmp_path: Path) -> None:
+    from ckpt.cli.server_exec import Pool
+
+    roots = []
+    for name in ("a", "b", "c"):
+        root = tmp_path / name
+        root.mkdir()
+        assert ckpt("init", cwd=root).returncode == 0
+        roots.append(str(root))
+    pool = Pool(size=2)
+    try:
+        first, opened = pool.checkout(roots[0], None, "default")
+        assert opened and pool.checkout(roots[0], None, "default") == (first, False)
+        pool.checkout(roots[1], None, "default")
+        pool.checkout(roots[0], None, "default")  # a used again: b is now the oldest
+        pool.checkout(roots[2], None, "default")
+        kept = [key[0] for key, _ in pool.services()]
+        assert kept == [os.path.realpath(roots[0]), os.path.realpath(roots[2])]
+        assert pool.checkout(roots[1], None, "other")[1]  # another session: its own service
+        pool.settle()
+    finally:
+        pool.close()
+    assert pool.services() == []
