@@ -47,18 +47,27 @@ class Pool:
     def __init__(self, size: int = POOL_SIZE) -> None:
         self.size = size
         self._open: OrderedDict[PoolKey, Checkpoints] = OrderedDict()
+        self._identity: dict[PoolKey, tuple[int, ...]] = {}
         self._used: list[Checkpoints] = []
         self._watch: bool | None = None
 
     def checkout(self, root: str, store: str | None, session: str) -> tuple[Checkpoints, bool]:
         key = (os.path.realpath(root), os.path.realpath(store) if store else None, session)
         service = self._open.get(key)
+        if service is not None and self._identity.get(key) != _identity(service):
+            # The root or the catalog was replaced since (deleted, re-made, restored from a
+            # backup): open it again, as a command in its own process would.
+            log.info("%s or its catalog changed since it was opened: reopening", service.root)
+            self._forget(service)
+            service = None
         opened = service is None
         if service is None:
             service = self._open_service(root, store, session)
             self._open[key] = service
+            self._identity[key] = _identity(service)
             while len(self._open) > self.size:
-                _, old = self._open.popitem(last=False)
+                old_key, old = self._open.popitem(last=False)
+                self._identity.pop(old_key, None)
                 self._close(old)
         self._open.move_to_end(key)
         self._used.append(service)
@@ -89,6 +98,7 @@ class Pool:
         for key, value in list(self._open.items()):
             if value is service:
                 del self._open[key]
+                self._identity.pop(key, None)
         self._close(service)
 
     @staticmethod
@@ -102,6 +112,7 @@ class Pool:
         return list(self._open.items())
 
     def close(self) -> None:
+        self._identity.clear()
         while self._open:
             _, service = self._open.popitem(last=False)
             self._close(service)
@@ -127,6 +138,16 @@ class Pool:
         if walks:
             log.info("verification walk of %d root(s): %d disagreement(s)", walks, problems)
         return problems
+
+
+def _identity(service: Checkpoints) -> tuple[int, ...]:
+    """(device, inode) of the service's root and catalog file; () where one is gone."""
+    try:
+        root = os.stat(service.root)
+        catalog = os.stat(os.path.join(service.store_dir, "catalog.db"))
+    except OSError:
+        return ()
+    return root.st_dev, root.st_ino, catalog.st_dev, catalog.st_ino
 
 
 def _stream(fd: int, *, write: bool, encoding: str, errors: str,

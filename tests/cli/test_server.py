@@ -506,3 +506,20 @@ def test_pool_keeps_the_most_recently_used_services(tmp_path: Path) -> None:
     finally:
         pool.close()
     assert pool.services() == []
+
+
+def test_a_lost_catalog_is_rebuilt_through_the_server_as_in_process(
+        ws: Path, tmp_path: Path, servers: Servers) -> None:
+    store = store_of(ws)
+    made = ckpt("create", "-m", "kept", cwd=ws).stdout.strip()
+    servers.start(ws)
+    assert served(store, ["list"], ws, tmp_path)[1] == 0  # the root is open in the server
+    for name in ("catalog.db", "catalog.db-wal", "catalog.db-shm"):
+        (Path(store) / name).unlink(missing_ok=True)
+    reason, code, out, _ = served(store, ["list", "--json"], ws, tmp_path)
+    assert (reason, code) == (None, 0)
+    assert [r["id"] for r in json.loads(out)] == [made]
+    assert (Path(store) / "catalog.db").exists()  # rebuilt, as an in-process call does
+    later = served(store, ["create", "-m", "later"], ws, tmp_path)[2].strip()
+    listed = json.loads(ckpt("list", "--json", cwd=ws).stdout)  # in its own process
+    assert [r["id"] for r in listed] == [made, later]
