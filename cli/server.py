@@ -32,7 +32,7 @@ from typing import Any
 
 from ckpt import __version__
 from ckpt.cli import wire
-from ckpt.cli.server_exec import Pool, execute, pause
+from ckpt.cli.server_exec import Pool, close_all, execute, pause
 from ckpt.cli.server_request import BadRequest, Request, decline_reason
 
 log = logging.getLogger("ckptserver")
@@ -160,7 +160,7 @@ class Server:
                 return
             conn.settimeout(HANDSHAKE_TIMEOUT)
             kind, fields, fds = channel.recv()
-            _close_all(fds)
+            close_all(fds)
             if kind != wire.HELLO:
                 raise wire.ProtocolError(f"first frame {kind!r}")
             channel.send(wire.HELLO, self.hello)
@@ -174,37 +174,37 @@ class Server:
                       same_version: bool) -> None:
         kind, fields, fds = channel.recv()
         if kind == wire.QUIT:
-            _close_all(fds)
+            close_all(fds)
             log.info("asked to stop when idle")
             self.quit_when_idle = True
             self.queue.put(None)
             channel.close()
             return
         if kind == wire.STATUS:
-            _close_all(fds)
+            close_all(fds)
             channel.send(wire.STATUS_REPLY, [json.dumps(self.status()).encode()])
             channel.close()
             return
         if kind != wire.REQUEST:
-            _close_all(fds)
+            close_all(fds)
             raise wire.ProtocolError(f"unexpected frame {kind!r}")
         try:
             request = Request.decode(fields)
         except BadRequest:
-            _close_all(fds)
+            close_all(fds)
             raise
         reason = "version" if not same_version else decline_reason(request, self.store)
         if reason is None and len(fds) != 3:
             reason = "fds"
         if reason is not None:
-            _close_all(fds)
+            close_all(fds)
             channel.send(wire.DECLINE, [reason.encode()])
             channel.close()
             return
         conn.settimeout(None)
         with self.admit:
             if self.stopping:
-                _close_all(fds)
+                close_all(fds)
                 channel.send(wire.DECLINE, [b"busy-shutdown"])
                 channel.close()
                 return
@@ -217,7 +217,7 @@ class Server:
                 kind, _, fds = pending.channel.recv()
             except (OSError, EOFError, wire.ProtocolError, ValueError):
                 return
-            _close_all(fds)
+            close_all(fds)
             if kind != wire.INTERRUPT:
                 continue
             with self.running.lock:
@@ -250,7 +250,7 @@ class Server:
             pending.channel.send(wire.ACCEPTED, [str(pending.id).encode()])
         except OSError:
             log.info("client of request %d gone before it was accepted: dropped", pending.id)
-            _close_all(pending.fds)
+            close_all(pending.fds)
             pending.channel.close()
             return
         watcher = threading.Thread(target=self.watch_interrupts, args=(pending,), daemon=True)
@@ -330,7 +330,7 @@ class Server:
 
     @staticmethod
     def decline(pending: Pending, reason: bytes) -> None:
-        _close_all(pending.fds)
+        close_all(pending.fds)
         try:
             pending.channel.send(wire.DECLINE, [reason])
         except OSError:
@@ -437,14 +437,6 @@ def warm_up() -> None:
     import gc
 
     gc.freeze()  # what is loaded now lives as long as the server: out of the collector's way
-
-
-def _close_all(fds: list[int]) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
 
 
 def _memory() -> tuple[int | None, int | None]:

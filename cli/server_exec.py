@@ -218,12 +218,12 @@ def execute(request: Request, fds: list[int], directory: str) -> int:
     from ckpt.cli.main import run_command
 
     if len(fds) != 3:
-        _close(fds)
+        close_all(fds)
         raise ValueError(f"a request carries 3 descriptors, not {len(fds)}")
     try:
         pause("accepted", request, directory)
     except KeyboardInterrupt:
-        _close(fds)
+        close_all(fds)
         return 130  # errors.INTERRUPTED: nothing ran
 
     saved_cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
@@ -247,7 +247,8 @@ def execute(request: Request, fds: list[int], directory: str) -> int:
         os.close(saved_cwd)
 
 
-def _close(fds: list[int]) -> None:
+def close_all(fds: list[int]) -> None:
+    """Close received descriptors (a refused frame's, a dropped request's)."""
     for fd in fds:
         try:
             os.close(fd)
