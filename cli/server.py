@@ -32,8 +32,9 @@ from typing import Any
 
 from ckpt import __version__
 from ckpt.cli import wire
-from ckpt.cli.server_exec import Pool, close_all, execute, pause
+from ckpt.cli.server_exec import Pool, close_all, execute, pause, warm_up
 from ckpt.cli.server_request import BadRequest, Request, decline_reason
+from ckpt.cli.server_status import server_status
 
 log = logging.getLogger("ckptserver")
 LOG_BYTES = 1 << 20
@@ -364,24 +365,10 @@ class Server:
     # -- status --------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        roots: dict[str, dict[str, Any]] = {}
-        for (root, _, session), service in self.pool.services():
-            entry = roots.setdefault(root, {"root": root, "sessions": [], "watch": None})
-            entry["sessions"].append(session)
-            watch_state = getattr(service, "watch_state", None)
-            if watch_state is not None:
-                try:
-                    entry["watch"] = _jsonable(watch_state())
-                except Exception as exc:  # noqa: BLE001 - status must answer
-                    entry["watch"] = {"error": str(exc)}
-        rss, peak = _memory()
-        return {
-            "running": True, "pid": os.getpid(), "version": self.version,
-            "uptime": round(time.time() - self.started, 3), "store": self.store,
-            "socket": self.path, "roots": list(roots.values()), "requests": self.served,
-            "rss": rss, "peak_rss": peak, "idle_exit": self.idle or None,
-            "verify_every": self.verify_every or None,
-        }
+        return server_status(self.pool, pid=os.getpid(), version=self.version,
+                             uptime=time.time() - self.started, store=self.store,
+                             socket=self.path, requests=self.served, idle=self.idle,
+                             verify_every=self.verify_every)
 
     # -- the whole life ------------------------------------------------------------------
 
@@ -422,55 +409,6 @@ class Server:
             log.addHandler(logging.StreamHandler(sys.__stderr__))
         log.setLevel(logging.INFO)
         log.propagate = False
-
-
-def warm_up() -> None:
-    """Import now what every request needs (click, the commands, the library and the restore
-    side), so that the first one costs what the others do."""
-    import ckpt.cli.main  # noqa: F401 - imported for its side effect: loaded once
-    from ckpt.cli.context import library
-
-    library()
-    from ckpt.checkpoints import preload
-
-    preload()
-    import gc
-
-    gc.freeze()  # what is loaded now lives as long as the server: out of the collector's way
-
-
-def _memory() -> tuple[int | None, int | None]:
-    """(VmRSS, VmHWM) of this process in bytes, from /proc/self/status (None elsewhere)."""
-    found: dict[str, int] = {}
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                name, _, rest = line.partition(b":")
-                if name in (b"VmRSS", b"VmHWM"):
-                    found[name.decode()] = int(rest.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return found.get("VmRSS"), found.get("VmHWM")
-
-
-def _jsonable(value: Any) -> Any:
-    """A frozen dataclass (the watcher's state), an enum or a path, as JSON values."""
-    import dataclasses
-    import enum
-
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
-        return _jsonable(value.value)
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, bytes):
-        return os.fsdecode(value)
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
 
 
 def main(argv: list[str] | None = None) -> int:

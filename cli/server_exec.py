@@ -247,6 +247,21 @@ def execute(request: Request, fds: list[int], directory: str) -> int:
         os.close(saved_cwd)
 
 
+def warm_up() -> None:
+    """Import now what every request needs (click, the commands, the library and the restore
+    side), so that the first one costs what the others do."""
+    import ckpt.cli.main  # noqa: F401 - imported for its side effect: loaded once
+    from ckpt.cli.context import library
+
+    library()
+    from ckpt.checkpoints import preload
+
+    preload()
+    import gc
+
+    gc.freeze()  # what is loaded now lives as long as the server: out of the collector's way
+
+
 def close_all(fds: list[int]) -> None:
     """Close received descriptors (a refused frame's, a dropped request's)."""
     for fd in fds:
