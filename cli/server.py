@@ -252,7 +252,7 @@ class Server:
         except OSError:
             log.info("client of request %d gone before it was accepted: dropped", pending.id)
             close_all(pending.fds)
-            pending.channel.close()
+            hang_up(pending.channel)
             return
         watcher = threading.Thread(target=self.watch_interrupts, args=(pending,), daemon=True)
         watcher.start()
@@ -284,12 +284,16 @@ class Server:
             pending.channel.send(wire.EXIT, [str(code).encode()])
         except OSError:
             log.info("client of request %d gone before its exit code", pending.id)
-        pending.channel.close()
+        hang_up(pending.channel)  # also ends watch_interrupts' read
         self.pool.settle()
         self.last_activity = time.monotonic()
 
     def loop(self) -> None:
+        """Run requests until asked to stop (after the one running: `stop` declines what is
+        queued), the idle time runs out, or the socket is gone."""
         while True:
+            if self.quit_when_idle:
+                return
             try:
                 pending = self.queue.get(timeout=TICK)
             except queue.Empty:
@@ -304,8 +308,6 @@ class Server:
                 else:
                     self.run_one(pending)
                 continue
-            if self.quit_when_idle:
-                return
             now = time.monotonic()
             if self.idle and now - self.last_activity >= self.idle:
                 log.info("idle for %.0f s: exiting", now - self.last_activity)
@@ -409,6 +411,15 @@ class Server:
             log.addHandler(logging.StreamHandler(sys.__stderr__))
         log.setLevel(logging.INFO)
         log.propagate = False
+
+
+def hang_up(channel: wire.Channel) -> None:
+    """Shut the connection down (a thread blocked reading it gets EOF), then close it."""
+    try:
+        channel.sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    channel.close()
 
 
 def main(argv: list[str] | None = None) -> int:

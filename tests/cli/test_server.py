@@ -523,3 +523,29 @@ def test_a_lost_catalog_is_rebuilt_through_the_server_as_in_process(
     later = served(store, ["create", "-m", "later"], ws, tmp_path)[2].strip()
     listed = json.loads(ckpt("list", "--json", cwd=ws).stdout)  # in its own process
     assert [r["id"] for r in listed] == [made, later]
+
+
+def test_stop_lets_the_running_request_finish(ws: Path, tmp_path: Path,
+                                              servers: Servers) -> None:
+    store = store_of(ws)
+    pid = servers.start(ws)["pid"]
+    marker = Path(wire.server_dir(store)) / "paused-run"
+    with open(tmp_path / "out", "wb") as out, open(os.devnull, "rb") as stdin:
+        channel = send_request(store, ["create", "-m", "during stop"], ws,
+                               [stdin.fileno(), out.fileno(), out.fileno()],
+                               extra_env={"CKPT_SERVER_TEST_PAUSE": "run"})
+    assert channel.recv()[0] == wire.ACCEPTED
+    wait_until(marker.exists, "the request to pause")
+    env = dict(os.environ, CKPT_SERVER="off")
+    stopping = subprocess.Popen([PY, "-m", "ckpt", "server", "stop"], cwd=ws, env=env,
+                                stdout=subprocess.PIPE, text=True)
+    log = Path(wire.server_dir(store)) / "log"
+    wait_until(lambda: "asked to stop" in log.read_text(), "the stop request")
+    assert stopping.poll() is None and alive(pid)  # waiting for the request
+    marker.unlink()
+    assert channel.recv()[:2] == (wire.EXIT, [b"0"])
+    out_text, _ = stopping.communicate(timeout=120)
+    assert stopping.returncode == 0 and f"pid {pid}" in out_text
+    assert not alive(pid)
+    assert [r["label"] for r in json.loads(ckpt("list", "--json", cwd=ws).stdout)] == [
+        "during stop"]
