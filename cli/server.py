@@ -375,6 +375,9 @@ class Server:
     # -- the whole life ------------------------------------------------------------------
 
     def serve(self) -> int:
+        import gc
+
+        gc.enable()  # a long life (`ckpt` itself runs without the collector)
         lock = self.take_lock()
         if lock is None:
             return 0  # another server runs for this store

@@ -549,3 +549,19 @@ def test_stop_lets_the_running_request_finish(ws: Path, tmp_path: Path,
     assert not alive(pid)
     assert [r["label"] for r in json.loads(ckpt("list", "--json", cwd=ws).stdout)] == [
         "during stop"]
+
+
+def test_foreground_server_serves_and_stops_on_sigint(ws: Path, tmp_path: Path,
+                                                      servers: Servers) -> None:
+    env = dict(os.environ, CKPT_SERVER="off")
+    proc = subprocess.Popen([PY, "-m", "ckpt", "server", "start", "--foreground"], cwd=ws,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    servers.pids.add(proc.pid)
+    wait_until(lambda: status(ws)["running"], "the foreground server")
+    assert status(ws)["pid"] == proc.pid
+    assert served(store_of(ws), ["list"], ws, tmp_path)[1] == 0
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    assert "request 1: list -> exit 0" in err  # the log on its stderr too
+    assert status(ws) == {"running": False}
