@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.cli import client, wire
+from ckpt.cli import client, errors, wire
 
 Script = Callable[[wire.Channel, "Seen"], None]
 
@@ -91,12 +91,14 @@ def close_all(fds: list[int]) -> None:
 
 @pytest.fixture
 def store_ws(tmp_path: Path, env_for: Callable[..., dict[str, str]]) -> Path:
-    """A workspace with a store inside and one checkpoint (made with no server around)."""
+    """A workspace with a store inside and one checkpoint (made with no server around). Its
+    `server` setting is off, so a command the client runs in-process never spawns a real
+    server (the client itself does not read the setting: it asks whatever socket is there)."""
     root = (tmp_path / "ws").resolve()
     root.mkdir()
     (root / "a.txt").write_text("alpha\n")
     off = env_for({"CKPT_SERVER": "off"})
-    for args in (["init"], ["create", "-m", "first"]):
+    for args in (["init"], ["config", "set", "server", "off"], ["create", "-m", "first"]):
         done = subprocess.run([sys.executable, "-m", "ckpt", *args], cwd=root, env=off,
                               capture_output=True, check=False, timeout=60)
         assert done.returncode == 0, done.stderr
@@ -186,7 +188,7 @@ def test_connection_lost_after_accepted_is_exit_6_and_never_a_second_run(
     server = serve(script)
     done = run_client(store_ws, env_for, "list", "--json")
     server.stop()
-    assert done.returncode == 6 == client.SERVER_LOST
+    assert done.returncode == 6 == client.SERVER_LOST == errors.SERVER_LOST
     assert done.stdout == b""  # the command did not run in the client as well
     assert done.stderr == (b"ckpt: error: the ckpt server stopped during the command; run it "
                            b"again (an interrupted restore is completed by the next call)\n")
@@ -363,3 +365,7 @@ def test_a_socket_of_another_user_is_refused_with_a_warning(
     assert (done.returncode, done.stdout) == (0, expected.stdout)
     assert done.stderr.startswith(b"ckpt: warning: not using the server socket")
     assert b"uid 65534" in done.stderr
+
+
+def test_the_client_and_the_error_table_agree_on_server_lost() -> None:
+    assert client.SERVER_LOST == errors.SERVER_LOST
