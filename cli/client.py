@@ -60,7 +60,7 @@ def run(argv: "Sequence[str]") -> int | None:
     args = list(argv[1:])
     if args == ["--version"]:
         return _print_version()
-    if os.environ.get("CKPT_SERVER", "auto") not in ("auto", "on"):
+    if os.environ.get("CKPT_SERVER", "").strip().lower() == "off":  # as server_spawn.wanted
         return None
     try:
         store = find_store(args, os.environ)

@@ -318,14 +318,15 @@ def test_exit_code_and_message_of_a_malformed_exit_frame(
     assert done.stderr.startswith(b"ckpt: error: the ckpt server stopped")
 
 
+@pytest.mark.parametrize("off", ["off", " OFF "])
 def test_server_off_never_connects(store_ws: Path, serve: Callable[[Script], FakeServer],
-                                   env_for: Callable[..., dict[str, str]]) -> None:
+                                   env_for: Callable[..., dict[str, str]], off: str) -> None:
     def script(channel: wire.Channel, seen: Seen) -> None:
         kind, fields, _ = channel.recv()
         seen.frames.append((kind, fields))
 
     server = serve(script)
-    done = in_process(store_ws, env_for, "list", "--json")
+    done = run_client(store_ws, env_for, "list", "--json", extra={"CKPT_SERVER": off})
     assert done.returncode == 0
     wire.Channel(wire.connect(wire.socket_path(str(store_ws / ".ckpt")))).send(wire.STATUS)
     server.stop()
