@@ -221,7 +221,7 @@ def _greet(channel: "wire.Channel", path: str) -> bool:
         mine = wire.hello_fields()
         channel.send(wire.HELLO, mine)
         kind, fields, fds = channel.recv()
-        _close_all(fds)
+        wire.close_fds(fds)
         if kind != wire.HELLO:
             return False
         if fields != mine:
@@ -248,7 +248,7 @@ def _request(channel: "wire.Channel", args: list[str]) -> int | None:
             fields = wire.request_fields(os.getcwd(), args, wire.env_items(os.environb))
             channel.send(wire.REQUEST, fields, fds=(0, 1, 2))
             kind, _, fds = channel.recv()
-            _close_all(fds)
+            wire.close_fds(fds)
         except (OSError, EOFError, wire.ProtocolError):
             return None
         if kind != wire.ACCEPTED:  # DECLINE (or nonsense): the command is ours to run
@@ -267,7 +267,7 @@ def _wait(channel: "wire.Channel") -> int:
     while True:
         try:
             kind, fields, fds = channel.recv()
-            _close_all(fds)
+            wire.close_fds(fds)
             if kind != wire.EXIT:
                 continue
             if len(fields) != 1:
@@ -335,14 +335,6 @@ class _Relay:
         for signum, handler in self.previous.items():
             _signal.signal(signum, handler)
         self.previous.clear()
-
-
-def _close_all(fds: "Sequence[int]") -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
 
 
 def _say(text: str) -> None:
