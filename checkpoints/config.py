@@ -52,20 +52,14 @@ def _check_bool(value: object) -> object:
     return value
 
 
-def _check_fsync(value: object) -> object:
-    if not isinstance(value, str):
-        raise _Invalid(f"must be a string, not {type(value).__name__}")
-    if value not in FSYNC_MODES:
-        raise _Invalid(f"must be one of {', '.join(FSYNC_MODES)}, not {value!r}")
-    return value
-
-
-def _check_server(value: object) -> object:
-    if not isinstance(value, str):
-        raise _Invalid(f"must be a string, not {type(value).__name__}")
-    if value not in SERVER_MODES:
-        raise _Invalid(f"must be one of {', '.join(SERVER_MODES)}, not {value!r}")
-    return value
+def _check_choice(choices: tuple[str, ...]) -> Callable[[object], object]:
+    def check(value: object) -> object:
+        if not isinstance(value, str):
+            raise _Invalid(f"must be a string, not {type(value).__name__}")
+        if value not in choices:
+            raise _Invalid(f"must be one of {', '.join(choices)}, not {value!r}")
+        return value
+    return check
 
 
 def _check_seconds(value: object) -> object:
@@ -277,14 +271,14 @@ _INT = _parse_number(int, "an integer")
 _FIELDS: dict[str, tuple[Callable[[object], object], Callable[[str], Any]]] = {
     "compression_level": (_check_int(0, MAX_COMPRESSION_LEVEL), _INT),
     "threads": (_check_int(0, MAX_THREADS), _INT),
-    "fsync": (_check_fsync, lambda text: text.strip().lower()),
+    "fsync": (_check_choice(FSYNC_MODES), lambda text: text.strip().lower()),
     "max_file_size": (_check_int(0), _parse_size),
     "retention_cap": (_check_int(0), _INT),
     "extra_ignore": (_check_patterns, _parse_patterns),
     "use_gitignore": (_check_bool, _parse_bool),
     "gc_grace_seconds": (_check_int(0), _INT),
     "lock_timeout": (_check_seconds, _parse_number(float, "a number of seconds")),
-    "server": (_check_server, lambda text: text.strip().lower()),
+    "server": (_check_choice(SERVER_MODES), lambda text: text.strip().lower()),
     "server_idle": (_check_seconds, _parse_number(float, "a number of seconds")),
     "server_verify": (_check_seconds, _parse_number(float, "a number of seconds")),
 }

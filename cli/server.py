@@ -32,13 +32,16 @@ from typing import Any
 
 from ckpt import __version__
 from ckpt.cli import wire
-from ckpt.cli.server_exec import Pool, execute
+from ckpt.cli.server_exec import Pool, close_all, execute, pause, warm_up
 from ckpt.cli.server_request import BadRequest, Request, decline_reason
+from ckpt.cli.server_status import server_status
 
 log = logging.getLogger("ckptserver")
 LOG_BYTES = 1 << 20
 HANDSHAKE_TIMEOUT = 10.0
 TICK = 0.25  # how often the idle main thread looks at its flags and clocks
+CHECK_EVERY = 2.0  # how often it checks that its socket is still there
+VERSION_ENV = "CKPT_SERVER_TEST_VERSION"
 
 
 @dataclass
@@ -55,9 +58,10 @@ class Pending:
 class Running:
     """What the main thread runs now (the acceptor's INTERRUPT looks here)."""
 
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    # Reentrant: the SIGINT handler takes it on the main thread, which may hold it already.
+    lock: threading.RLock = field(default_factory=threading.RLock)
     id: int = 0  # 0: none
-    forwarded: int = 0  # interrupt_main calls not yet seen by the handler
+    forwarded: int = 0  # interrupt_main calls not yet seen by the handler (it counts down)
 
 
 class Server:
@@ -77,11 +81,16 @@ class Server:
         self.next_id = 0
         self.last_activity = time.monotonic()
         self.last_verify = time.monotonic()
+        self.last_check = time.monotonic()
         self.pool = Pool()
         self.listener: socket.socket | None = None
         self.bound: tuple[int, int] | None = None
         self.idle = 600.0
         self.verify_every = 3600.0
+        # Test hook: a server that says it is of another version (a client newer than it).
+        self.hello = wire.hello_fields()
+        self.version = os.environ.get(VERSION_ENV) or __version__
+        self.hello[1] = self.version.encode()
 
     # -- start ---------------------------------------------------------------------------
 
@@ -97,7 +106,7 @@ class Server:
             os.close(fd)
             return None
         os.ftruncate(fd, 0)
-        os.write(fd, f"pid={os.getpid()} version={__version__} started={int(self.started)}\n"
+        os.write(fd, f"pid={os.getpid()} version={self.version} started={int(self.started)}\n"
                  .encode())
         return fd
 
@@ -152,11 +161,11 @@ class Server:
                 return
             conn.settimeout(HANDSHAKE_TIMEOUT)
             kind, fields, fds = channel.recv()
-            _close_all(fds)
+            close_all(fds)
             if kind != wire.HELLO:
                 raise wire.ProtocolError(f"first frame {kind!r}")
-            channel.send(wire.HELLO, wire.hello_fields())
-            same = fields == wire.hello_fields()
+            channel.send(wire.HELLO, self.hello)
+            same = fields == self.hello
             self.serve_channel(channel, conn, same_version=same)
         except (OSError, EOFError, wire.ProtocolError, BadRequest) as exc:
             log.debug("connection ended: %s", exc)
@@ -166,37 +175,37 @@ class Server:
                       same_version: bool) -> None:
         kind, fields, fds = channel.recv()
         if kind == wire.QUIT:
-            _close_all(fds)
+            close_all(fds)
             log.info("asked to stop when idle")
             self.quit_when_idle = True
             self.queue.put(None)
             channel.close()
             return
         if kind == wire.STATUS:
-            _close_all(fds)
+            close_all(fds)
             channel.send(wire.STATUS_REPLY, [json.dumps(self.status()).encode()])
             channel.close()
             return
         if kind != wire.REQUEST:
-            _close_all(fds)
+            close_all(fds)
             raise wire.ProtocolError(f"unexpected frame {kind!r}")
         try:
             request = Request.decode(fields)
         except BadRequest:
-            _close_all(fds)
+            close_all(fds)
             raise
         reason = "version" if not same_version else decline_reason(request, self.store)
         if reason is None and len(fds) != 3:
             reason = "fds"
         if reason is not None:
-            _close_all(fds)
+            close_all(fds)
             channel.send(wire.DECLINE, [reason.encode()])
             channel.close()
             return
         conn.settimeout(None)
         with self.admit:
             if self.stopping:
-                _close_all(fds)
+                close_all(fds)
                 channel.send(wire.DECLINE, [b"busy-shutdown"])
                 channel.close()
                 return
@@ -209,7 +218,7 @@ class Server:
                 kind, _, fds = pending.channel.recv()
             except (OSError, EOFError, wire.ProtocolError, ValueError):
                 return
-            _close_all(fds)
+            close_all(fds)
             if kind != wire.INTERRUPT:
                 continue
             with self.running.lock:
@@ -242,8 +251,8 @@ class Server:
             pending.channel.send(wire.ACCEPTED, [str(pending.id).encode()])
         except OSError:
             log.info("client of request %d gone before it was accepted: dropped", pending.id)
-            _close_all(pending.fds)
-            pending.channel.close()
+            close_all(pending.fds)
+            hang_up(pending.channel)
             return
         watcher = threading.Thread(target=self.watch_interrupts, args=(pending,), daemon=True)
         watcher.start()
@@ -254,7 +263,7 @@ class Server:
         try:
             self.in_command = True
             try:
-                code = execute(pending.request, pending.fds)
+                code = execute(pending.request, pending.fds, self.directory)
             finally:
                 self.in_command = False
         except KeyboardInterrupt:  # landed outside the command's own handling
@@ -264,20 +273,27 @@ class Server:
         finally:
             with self.running.lock:
                 self.running.id = 0
-                self.running.forwarded = 0
         self.served += 1
         log.info("request %d: %s -> exit %d in %.1f ms", pending.id,
                  " ".join(pending.request.argv), code, (time.monotonic() - started) * 1000)
         try:
+            pause("exit", pending.request, self.directory)
+        except KeyboardInterrupt:
+            pass
+        try:
             pending.channel.send(wire.EXIT, [str(code).encode()])
         except OSError:
             log.info("client of request %d gone before its exit code", pending.id)
-        pending.channel.close()
+        hang_up(pending.channel)  # also ends watch_interrupts' read
         self.pool.settle()
         self.last_activity = time.monotonic()
 
     def loop(self) -> None:
+        """Run requests until asked to stop (after the one running: `stop` declines what is
+        queued), the idle time runs out, or the socket is gone."""
         while True:
+            if self.quit_when_idle:
+                return
             try:
                 pending = self.queue.get(timeout=TICK)
             except queue.Empty:
@@ -292,19 +308,32 @@ class Server:
                 else:
                     self.run_one(pending)
                 continue
-            if self.quit_when_idle:
-                return
             now = time.monotonic()
             if self.idle and now - self.last_activity >= self.idle:
                 log.info("idle for %.0f s: exiting", now - self.last_activity)
                 return
+            if now - self.last_check >= CHECK_EVERY:
+                self.last_check = now
+                if not self.socket_is_ours():
+                    log.info("socket %s removed or replaced (the store deleted?): exiting",
+                             self.path)
+                    return
             if self.verify_every and now - self.last_verify >= self.verify_every:
                 self.last_verify = now
                 self.pool.verify()
 
+    def socket_is_ours(self) -> bool:
+        """Whether the socket file is still the one this server bound (not removed with the
+        store, not replaced by another server's)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self.bound
+
     @staticmethod
     def decline(pending: Pending, reason: bytes) -> None:
-        _close_all(pending.fds)
+        close_all(pending.fds)
         try:
             pending.channel.send(wire.DECLINE, [reason])
         except OSError:
@@ -321,12 +350,11 @@ class Server:
             except OSError:
                 pass
             self.listener.close()
-        try:
-            st = os.stat(self.path)
-            if (st.st_dev, st.st_ino) == self.bound:
+        if self.socket_is_ours():
+            try:
                 os.unlink(self.path)
-        except OSError:
-            pass
+            except OSError:
+                pass
         while True:
             try:
                 pending = self.queue.get_nowait()
@@ -339,28 +367,17 @@ class Server:
     # -- status --------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        roots: dict[str, dict[str, Any]] = {}
-        for (root, _, session), service in self.pool.services():
-            entry = roots.setdefault(root, {"root": root, "sessions": [], "watch": None})
-            entry["sessions"].append(session)
-            watch_state = getattr(service, "watch_state", None)
-            if watch_state is not None:
-                try:
-                    entry["watch"] = _jsonable(watch_state())
-                except Exception as exc:  # noqa: BLE001 - status must answer
-                    entry["watch"] = {"error": str(exc)}
-        rss, peak = _memory()
-        return {
-            "running": True, "pid": os.getpid(), "version": __version__,
-            "uptime": round(time.time() - self.started, 3), "store": self.store,
-            "socket": self.path, "roots": list(roots.values()), "requests": self.served,
-            "rss": rss, "peak_rss": peak, "idle_exit": self.idle or None,
-            "verify_every": self.verify_every or None,
-        }
+        return server_status(self.pool, pid=os.getpid(), version=self.version,
+                             uptime=time.time() - self.started, store=self.store,
+                             socket=self.path, requests=self.served, idle=self.idle,
+                             verify_every=self.verify_every)
 
     # -- the whole life ------------------------------------------------------------------
 
     def serve(self) -> int:
+        import gc
+
+        gc.enable()  # a long life (`ckpt` itself runs without the collector)
         lock = self.take_lock()
         if lock is None:
             return 0  # another server runs for this store
@@ -376,8 +393,9 @@ class Server:
             from ckpt.cli.context import set_pool
 
             set_pool(self.pool)
-            log.info("server %s started: pid %d, store %s", __version__, os.getpid(), self.store)
+            log.info("server %s started: pid %d, store %s", self.version, os.getpid(), self.store)
             threading.Thread(target=self.accept_loop, daemon=True, name="acceptor").start()
+            warm_up()
             try:
                 self.loop()
             finally:
@@ -398,46 +416,13 @@ class Server:
         log.propagate = False
 
 
-def _close_all(fds: list[int]) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
-def _memory() -> tuple[int | None, int | None]:
-    """(VmRSS, VmHWM) of this process in bytes, from /proc/self/status (None elsewhere)."""
-    found: dict[str, int] = {}
+def hang_up(channel: wire.Channel) -> None:
+    """Shut the connection down (a thread blocked reading it gets EOF), then close it."""
     try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                name, _, rest = line.partition(b":")
-                if name in (b"VmRSS", b"VmHWM"):
-                    found[name.decode()] = int(rest.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
+        channel.sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
         pass
-    return found.get("VmRSS"), found.get("VmHWM")
-
-
-def _jsonable(value: Any) -> Any:
-    """A frozen dataclass (the watcher's state), an enum or a path, as JSON values."""
-    import dataclasses
-    import enum
-
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
-        return _jsonable(value.value)
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, bytes):
-        return os.fsdecode(value)
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
+    channel.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,12 @@ if TYPE_CHECKING:
 
 POOL_SIZE = 8
 log = logging.getLogger("ckptserver")
+# Test hook: a request whose env sets CKPT_SERVER_TEST_PAUSE=<point> makes the server create
+# `<server dir>/paused-<point>` there and wait until the test removes it (or kills the server).
+# Points: `accepted` (ACCEPTED sent, nothing run yet), `run` (in the command's environment
+# and streams, before the command), `exit` (the command done, EXIT not sent yet).
+PAUSE_ENV = "CKPT_SERVER_TEST_PAUSE"
+PAUSE_LIMIT = 120.0
 
 PoolKey = tuple[str, str | None, str]
 
@@ -41,18 +47,27 @@ class Pool:
     def __init__(self, size: int = POOL_SIZE) -> None:
         self.size = size
         self._open: OrderedDict[PoolKey, Checkpoints] = OrderedDict()
+        self._identity: dict[PoolKey, tuple[int, ...]] = {}
         self._used: list[Checkpoints] = []
         self._watch: bool | None = None
 
     def checkout(self, root: str, store: str | None, session: str) -> tuple[Checkpoints, bool]:
         key = (os.path.realpath(root), os.path.realpath(store) if store else None, session)
         service = self._open.get(key)
+        if service is not None and self._identity.get(key) != _identity(service):
+            # The root or the catalog was replaced since (deleted, re-made, restored from a
+            # backup): open it again, as a command in its own process would.
+            log.info("%s or its catalog changed since it was opened: reopening", service.root)
+            self._forget(service)
+            service = None
         opened = service is None
         if service is None:
             service = self._open_service(root, store, session)
             self._open[key] = service
+            self._identity[key] = _identity(service)
             while len(self._open) > self.size:
-                _, old = self._open.popitem(last=False)
+                old_key, old = self._open.popitem(last=False)
+                self._identity.pop(old_key, None)
                 self._close(old)
         self._open.move_to_end(key)
         self._used.append(service)
@@ -83,6 +98,7 @@ class Pool:
         for key, value in list(self._open.items()):
             if value is service:
                 del self._open[key]
+                self._identity.pop(key, None)
         self._close(service)
 
     @staticmethod
@@ -96,6 +112,7 @@ class Pool:
         return list(self._open.items())
 
     def close(self) -> None:
+        self._identity.clear()
         while self._open:
             _, service = self._open.popitem(last=False)
             self._close(service)
@@ -103,11 +120,12 @@ class Pool:
     def verify(self) -> int:
         """Run each watching service's verification walk; return the disagreements found
         (each logged at ERROR: the watcher missed a change, a bug)."""
-        problems = 0
+        problems = walks = 0
         for (root, _, session), service in self.services():
             verify = getattr(service, "verify_watch", None)
-            if verify is None:
+            if verify is None or getattr(service, "watch_state", lambda: None)() is None:
                 continue
+            walks += 1
             try:
                 found = verify()
             except Exception:
@@ -117,17 +135,29 @@ class Pool:
                 problems += 1
                 log.error("BUG: the watched state of %s (session %s) disagrees with a full "
                           "walk: %s", root, session, found)
+        if walks:
+            log.info("verification walk of %d root(s): %d disagreement(s)", walks, problems)
         return problems
+
+
+def _identity(service: Checkpoints) -> tuple[int, ...]:
+    """(device, inode) of the service's root and catalog file; () where one is gone."""
+    try:
+        root = os.stat(service.root)
+        catalog = os.stat(os.path.join(service.store_dir, "catalog.db"))
+    except OSError:
+        return ()
+    return root.st_dev, root.st_ino, catalog.st_dev, catalog.st_ino
 
 
 def _stream(fd: int, *, write: bool, encoding: str, errors: str,
             line_buffering: bool) -> TextIO:
-    """A text stream on a received descriptor, built as CPython builds sys.std* at start."""
-    raw = io.FileIO(fd, "w" if write else "r", closefd=True)
-    buffered: Any = io.BufferedWriter(raw) if write else io.BufferedReader(raw)
+    """A text stream on a received descriptor, built as CPython builds sys.std* at start
+    (buffered by the descriptor's block size, newlines as written)."""
+    buffered: Any = open(fd, "wb" if write else "rb", buffering=-1,  # noqa: SIM115
+                         closefd=True)
     stream: TextIO = io.TextIOWrapper(buffered, encoding=encoding, errors=errors,
-                                      line_buffering=line_buffering,
-                                      newline="\n" if write else None)
+                                      newline="\n", line_buffering=line_buffering)
     return stream
 
 
@@ -167,15 +197,35 @@ def _set_std(*streams: Any) -> None:
     setattr(sys, "__stderr__", streams[5])  # noqa: B010
 
 
-def execute(request: Request, fds: list[int]) -> int:
+def pause(point: str, request: Request, directory: str) -> None:
+    """Block at `point` while `<directory>/paused-<point>` exists, if the request asks."""
+    if request.env.get(PAUSE_ENV) != point:
+        return
+    import time
+
+    marker = os.path.join(directory, f"paused-{point}")
+    with open(marker, "w", encoding="ascii") as f:
+        f.write(f"{os.getpid()}\n")
+    deadline = time.monotonic() + PAUSE_LIMIT
+    while os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def execute(request: Request, fds: list[int], directory: str) -> int:
     """Run the request's command with the client's cwd, env and streams; return its exit
-    code. The descriptors are closed when this returns, whatever happened."""
+    code. The descriptors are closed when this returns, whatever happened. `directory`: the
+    server's, for the test hook `pause`."""
     from ckpt.cli.main import run_command
 
     if len(fds) != 3:
-        for fd in fds:
-            os.close(fd)
+        close_all(fds)
         raise ValueError(f"a request carries 3 descriptors, not {len(fds)}")
+    try:
+        pause("accepted", request, directory)
+    except KeyboardInterrupt:
+        close_all(fds)
+        return 130  # errors.INTERRUPTED: nothing ran
+
     saved_cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
     env = RequestEnv(request.env)
     try:
@@ -184,11 +234,41 @@ def execute(request: Request, fds: list[int]) -> int:
                 os.chdir(request.cwd)
             except OSError as exc:
                 return _cwd_gone(exc)
+            try:
+                pause("run", request, directory)
+            except KeyboardInterrupt as exc:  # told as a Ctrl-C while `ckpt` starts
+                from ckpt.cli import errors
+
+                return errors.report(exc, debug=False)
             return run_command(list(request.argv))
     finally:
         env.restore()
         os.fchdir(saved_cwd)
         os.close(saved_cwd)
+
+
+def warm_up() -> None:
+    """Import now what every request needs (click, the commands, the library and the restore
+    side), so that the first one costs what the others do."""
+    import ckpt.cli.main  # noqa: F401 - imported for its side effect: loaded once
+    from ckpt.cli.context import library
+
+    library()
+    from ckpt.checkpoints import preload
+
+    preload()
+    import gc
+
+    gc.freeze()  # what is loaded now lives as long as the server: out of the collector's way
+
+
+def close_all(fds: list[int]) -> None:
+    """Close received descriptors (a refused frame's, a dropped request's)."""
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _cwd_gone(exc: OSError) -> int:

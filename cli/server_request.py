@@ -133,21 +133,16 @@ class RequestEnv:
 def stream_encoding(env: Mapping[str, str]) -> tuple[str, str]:
     """(encoding, errors) of the client's stdout, as its interpreter chose them at start.
 
-    PYTHONIOENCODING wins; else the codeset of the client's LC_ALL / LC_CTYPE / LANG (the C and
-    POSIX locales coerced to UTF-8, as CPython does, with surrogateescape)."""
-    io_encoding = env.get("PYTHONIOENCODING", "")
-    if io_encoding:
-        name, _, errors = io_encoding.partition(":")
-        if name:
-            return name, errors or "strict"
+    PYTHONIOENCODING wins; else the codeset of the client's LC_ALL / LC_CTYPE / LANG locale.
+    A C or POSIX locale, or one not installed, is UTF-8 with surrogateescape (CPython's locale
+    coercion and UTF-8 mode)."""
     name = env.get("LC_ALL") or env.get("LC_CTYPE") or env.get("LANG") or "C"
-    base = name.partition("@")[0]
-    if base in ("C", "POSIX") or base.startswith(("C.", "POSIX.")):
-        return "utf-8", "surrogateescape"
-    _, dot, codeset = base.partition(".")
-    if dot and codeset:
-        return _codec_name(codeset), "strict"
-    return _locale_codeset(name), "strict"
+    codeset = _locale_codeset(name)
+    encoding, errors = ("utf-8", "surrogateescape") if codeset is None else (codeset, "strict")
+    io_encoding, _, io_errors = env.get("PYTHONIOENCODING", "").partition(":")
+    if io_encoding:  # an encoding named there comes with strict errors unless it says
+        return _codec_name(io_encoding), io_errors or "strict"
+    return encoding, io_errors or errors
 
 
 def _codec_name(codeset: str) -> str:
@@ -159,15 +154,19 @@ def _codec_name(codeset: str) -> str:
         return "utf-8"
 
 
-def _locale_codeset(name: str) -> str:
-    """The codeset of locale `name` without a ".charset" part (glibc's default for it)."""
+def _locale_codeset(name: str) -> str | None:
+    """The codeset of locale `name`; None for C, POSIX and their UTF-8 forms, and for a
+    locale this system does not have."""
     import locale
 
+    base = name.partition(".")[0].partition("@")[0]
+    if base in ("C", "POSIX"):
+        return None
     saved = locale.setlocale(locale.LC_CTYPE)
     try:
         locale.setlocale(locale.LC_CTYPE, name)
         return _codec_name(locale.nl_langinfo(locale.CODESET))
     except locale.Error:
-        return "utf-8"  # not installed: the client's Python fell back to C, coerced to UTF-8
+        return None
     finally:
         locale.setlocale(locale.LC_CTYPE, saved)

@@ -7,7 +7,6 @@ server's DECLINE table names `server`), and reach the server through cli/wire.py
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
@@ -76,6 +75,8 @@ def read_status(store: str) -> dict[str, Any] | None:
 
 def lock_held(store: str) -> bool:
     """Whether a server process holds the store's server lock (alive, maybe not yet bound)."""
+    import fcntl  # here: `ckpt --help` must load on a platform without it (and refuse there)
+
     try:
         fd = os.open(os.path.join(wire.server_dir(store), "lock"), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:

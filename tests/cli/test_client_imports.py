@@ -53,10 +53,12 @@ def importtime(argv: list[str], cwd: Path, env: dict[str, str]) -> set[str]:
 
 @pytest.fixture
 def store_root(tmp_path: Path) -> Path:
-    """A root whose marker is a store (only what the client looks at: no library needed)."""
+    """A root whose marker is a store (only what the client looks at: no library needed),
+    set never to spawn a server after an in-process command."""
     root = (tmp_path / "ws").resolve()
     (root / ".ckpt").mkdir(parents=True)
     (root / ".ckpt" / "format").write_bytes(b"ckpt-objstore 1\n")
+    (root / ".ckpt" / "config.toml").write_bytes(b'server = "off"\n')
     return root
 
 
@@ -152,5 +154,7 @@ def test_the_client_path_adds_only_its_own_modules(
     assert lines[-2] == expected
     added = set(lines[-1].split())
     assert added <= CLIENT_MODULES, sorted(added - CLIENT_MODULES)
+    if case != "accepted":  # no socket file: the socket module is not even loaded
+        assert not added & {"_socket", "ckpt.cli.wire"}
     if wait is not None:
         wait()

@@ -180,3 +180,4 @@ def test_socket_path_follows_the_store(ws: Path) -> None:
     store = client.find_store(["list"], {"CKPT_ROOT": str(ws)})
     assert store is not None
     assert socket_path(store) == str(ws / ".ckpt" / "server" / "sock")
+    assert os.path.join(store, client.SERVER_DIR, client.SOCKET_NAME) == socket_path(store)

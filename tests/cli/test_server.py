@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -38,21 +40,30 @@ def ckpt(*args: str, cwd: Path, env: dict[str, str] | None = None,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
+def send_request(store: str, args: list[str], cwd: Path, fds: list[int], *,
+                 hello: list[bytes] | None = None,
+                 extra_env: dict[str, str] | None = None) -> wire.Channel:
+    """Connect, exchange HELLO, send a REQUEST with `fds`; the channel, for the answer."""
+    channel = wire.Channel(wire.connect(wire.socket_path(store), timeout=10))
+    channel.send(wire.HELLO, hello or wire.hello_fields())
+    kind, _, _ = channel.recv()
+    assert kind == wire.HELLO
+    environ = {k: v for k, v in os.environb.items() if k != b"CKPT_SERVER"}
+    environ.update({os.fsencode(k): os.fsencode(v) for k, v in (extra_env or {}).items()})
+    channel.send(wire.REQUEST, wire.request_fields(str(cwd), args, wire.env_items(environ)),
+                 fds=fds)
+    return channel
+
+
 def served(store: str, args: list[str], cwd: Path, tmp: Path, *,
            hello: list[bytes] | None = None) -> tuple[str | None, int, str, str]:
     """Send one REQUEST to the store's server as the thin client does: (decline reason or
     None, exit code, stdout, stderr). stdout/stderr are files, so no pipe can fill up."""
     out_path, err_path = tmp / "served.out", tmp / "served.err"
-    sock = wire.connect(wire.socket_path(store), timeout=10)
-    channel = wire.Channel(sock)
     with open(out_path, "wb") as out, open(err_path, "wb") as err, \
             open(os.devnull, "rb") as stdin:
-        channel.send(wire.HELLO, hello or wire.hello_fields())
-        kind, _, _ = channel.recv()
-        assert kind == wire.HELLO
-        env = wire.env_items({k: v for k, v in os.environb.items() if k != b"CKPT_SERVER"})
-        channel.send(wire.REQUEST, wire.request_fields(str(cwd), args, env),
-                     fds=[stdin.fileno(), out.fileno(), err.fileno()])
+        channel = send_request(store, args, cwd, [stdin.fileno(), out.fileno(), err.fileno()],
+                               hello=hello)
         kind, fields, _ = channel.recv()
         if kind == wire.DECLINE:
             channel.close()
@@ -239,10 +250,16 @@ def test_spawned_on_demand_and_then_serves(ws: Path, tmp_path: Path, servers: Se
     assert result.returncode == 0
     wait_until(lambda: status(ws)["running"], "the spawned server")
     servers.pids.add(status(ws)["pid"])
+    # the next calls go through the thin client to the server, with the same results
+    again = ckpt("list", cwd=ws, server="auto")
+    assert (again.returncode, again.stdout, again.stderr) == (0, result.stdout, "")
+    missing = ckpt("diff", "nope", cwd=ws, server="auto")
+    assert (missing.returncode, missing.stderr) == (
+        errors.USER_ERROR, ckpt("diff", "nope", cwd=ws).stderr)
     assert served(store, ["list"], ws, tmp_path)[1:] == (0, result.stdout, "")
-    assert status(ws)["requests"] == 1
+    assert status(ws)["requests"] == 3
     log = (Path(wire.server_dir(store)) / "log").read_text()
-    assert "request 1: list -> exit 0" in log
+    assert "request 1: list -> exit 0" in log and "request 2: diff nope -> exit 1" in log
 
 
 def test_not_spawned_when_off(ws: Path) -> None:
@@ -338,4 +355,213 @@ def test_quit_from_a_client_of_another_version(ws: Path, servers: Servers) -> No
     channel.send(wire.QUIT)
     channel.close()
     wait_until(lambda: not alive(pid), "the old server to leave")
+    assert status(ws) == {"running": False}
+
+
+def test_interrupt_reaches_the_running_command(ws: Path, tmp_path: Path,
+                                               servers: Servers) -> None:
+    store = store_of(ws)
+    servers.start(ws)
+    marker = Path(wire.server_dir(store)) / "paused-run"
+    with open(tmp_path / "err", "wb") as err, open(tmp_path / "out", "wb") as out, \
+            open(os.devnull, "rb") as stdin:
+        channel = send_request(store, ["create"], ws, [stdin.fileno(), out.fileno(),
+                                                       err.fileno()],
+                               extra_env={"CKPT_SERVER_TEST_PAUSE": "run"})
+    assert channel.recv()[0] == wire.ACCEPTED
+    wait_until(marker.exists, "the request to pause")
+    channel.send(wire.INTERRUPT, [str(int(signal.SIGINT)).encode()])
+    kind, fields, _ = channel.recv()
+    assert (kind, fields) == (wire.EXIT, [b"130"])
+    assert (tmp_path / "err").read_text() == "ckpt: error: interrupted\n"
+    assert (tmp_path / "out").read_text() == ""
+    assert json.loads(ckpt("list", "--json", cwd=ws).stdout) == []
+    # the next request is not hit by a late interrupt, and the server still serves
+    assert served(store, ["list"], ws, tmp_path)[1] == 0
+
+
+def test_a_request_not_accepted_is_never_run(ws: Path, tmp_path: Path,
+                                             servers: Servers) -> None:
+    """The client of a queued request leaves before the server gets to it: ACCEPTED cannot be
+    sent, so the server drops it (the client would have run it itself)."""
+    store = store_of(ws)
+    servers.start(ws)
+    marker = Path(wire.server_dir(store)) / "paused-accepted"
+    with open(os.devnull, "wb") as sink, open(os.devnull, "rb") as stdin:
+        fds = [stdin.fileno(), sink.fileno(), sink.fileno()]
+        busy = send_request(store, ["list"], ws, fds,
+                            extra_env={"CKPT_SERVER_TEST_PAUSE": "accepted"})
+        assert busy.recv()[0] == wire.ACCEPTED
+        wait_until(marker.exists, "the first request to pause")
+        queued = send_request(store, ["create", "-m", "dropped"], ws, fds)
+        time.sleep(0.2)  # queued behind the paused one
+        queued.close()
+    marker.unlink()
+    assert busy.recv()[:2] == (wire.EXIT, [b"0"])
+    busy.close()
+    wait_until(lambda: "dropped" in (Path(wire.server_dir(store)) / "log").read_text(),
+               "the server to reach the queued request")
+    assert json.loads(ckpt("list", "--json", cwd=ws).stdout) == []
+    assert status(ws)["requests"] == 1
+
+
+def test_a_server_of_another_version_declines_and_can_be_replaced(
+        ws: Path, tmp_path: Path, servers: Servers, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CKPT_SERVER_TEST_VERSION", "0.0.1-old")
+    old = servers.start(ws)
+    monkeypatch.delenv("CKPT_SERVER_TEST_VERSION")
+    assert old["version"] == "0.0.1-old"
+    assert served(store_of(ws), ["list"], ws, tmp_path)[0] == "version"
+    channel = wire.Channel(wire.connect(wire.socket_path(store_of(ws)), timeout=10))
+    channel.send(wire.HELLO, wire.hello_fields())
+    channel.recv()
+    channel.send(wire.QUIT)
+    channel.close()
+    wait_until(lambda: not alive(old["pid"]), "the old server to leave")
+    assert ckpt("list", cwd=ws, server="auto").returncode == 0  # in-process; spawns anew
+    wait_until(lambda: status(ws)["running"], "the new server")
+    new = status(ws)
+    servers.pids.add(new["pid"])
+    assert new["version"] == wire.hello_fields()[1].decode()
+
+
+def test_idle_server_runs_the_verification_walk(ws: Path, tmp_path: Path,
+                                                servers: Servers) -> None:
+    assert ckpt("config", "set", "server_verify", "0.5", cwd=ws).returncode == 0
+    servers.start(ws)
+    assert served(store_of(ws), ["create"], ws, tmp_path)[1] == 0
+    (ws / "notes.txt").write_text("changed\n")
+    log = Path(wire.server_dir(store_of(ws))) / "log"
+    wait_until(lambda: "verification walk of 1 root(s): 0 disagreement(s)" in log.read_text(),
+               "a verification walk")
+    roots = status(ws)["roots"]
+    assert [r["root"] for r in roots] == [os.path.realpath(ws)]
+    assert roots[0]["sessions"] == ["default"] and roots[0]["watch"] is not None
+    assert "BUG" not in log.read_text()
+
+
+def test_a_server_whose_store_is_deleted_exits(ws: Path, servers: Servers) -> None:
+    pid = servers.start(ws)["pid"]
+    shutil.rmtree(ws / ".ckpt")
+    wait_until(lambda: not alive(pid), "the server of a deleted store to exit")
+
+
+def test_a_closed_stdout_is_exit_141_as_in_process(ws: Path, tmp_path: Path,
+                                                   servers: Servers) -> None:
+    store = store_of(ws)
+    servers.start(ws)
+    for _ in range(3):
+        assert ckpt("create", cwd=ws).returncode == 0
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with open(tmp_path / "err", "wb") as err, open(os.devnull, "rb") as stdin:
+        channel = send_request(store, ["list", "--json"], ws,
+                               [stdin.fileno(), write_end, err.fileno()])
+    os.close(write_end)
+    assert channel.recv()[0] == wire.ACCEPTED
+    assert channel.recv()[:2] == (wire.EXIT, [str(errors.BROKEN_PIPE).encode()])
+    assert (tmp_path / "err").read_text() == ""
+    assert served(store, ["list"], ws, tmp_path)[1] == 0  # the server is unharmed
+
+
+def test_spawned_server_keeps_none_of_the_callers_descriptors(ws: Path,
+                                                              servers: Servers) -> None:
+    """A harness waiting for EOF on any pipe it gave `ckpt` (stdout, or an inherited extra
+    descriptor) sees it when `ckpt` exits, though the server it spawned lives on."""
+    extra_r, extra_w = os.pipe()
+    env = dict(os.environ, CKPT_SERVER="auto")
+    proc = subprocess.Popen([PY, "-m", "ckpt", "list"], cwd=ws, env=env, pass_fds=(extra_w,),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    os.close(extra_w)
+    proc.communicate(timeout=120)  # EOF on stdout and stderr
+    assert proc.returncode == 0
+    wait_until(lambda: status(ws)["running"], "the spawned server")
+    servers.pids.add(status(ws)["pid"])
+    # EOF: nobody holds the write end any more
+    assert select.select([extra_r], [], [], WAIT)[0] and os.read(extra_r, 1) == b""
+    os.close(extra_r)
+
+
+def test_pool_keeps_the_most_recently_used_services(tmp_path: Path) -> None:
+    from ckpt.cli.server_exec import Pool
+
+    roots = []
+    for name in ("a", "b", "c"):
+        root = tmp_path / name
+        root.mkdir()
+        assert ckpt("init", cwd=root).returncode == 0
+        roots.append(str(root))
+    pool = Pool(size=2)
+    try:
+        first, opened = pool.checkout(roots[0], None, "default")
+        assert opened and pool.checkout(roots[0], None, "default") == (first, False)
+        pool.checkout(roots[1], None, "default")
+        pool.checkout(roots[0], None, "default")  # a used again: b is now the oldest
+        pool.checkout(roots[2], None, "default")
+        kept = [key[0] for key, _ in pool.services()]
+        assert kept == [os.path.realpath(roots[0]), os.path.realpath(roots[2])]
+        assert pool.checkout(roots[1], None, "other")[1]  # another session: its own service
+        pool.settle()
+    finally:
+        pool.close()
+    assert pool.services() == []
+
+
+def test_a_lost_catalog_is_rebuilt_through_the_server_as_in_process(
+        ws: Path, tmp_path: Path, servers: Servers) -> None:
+    store = store_of(ws)
+    made = ckpt("create", "-m", "kept", cwd=ws).stdout.strip()
+    servers.start(ws)
+    assert served(store, ["list"], ws, tmp_path)[1] == 0  # the root is open in the server
+    for name in ("catalog.db", "catalog.db-wal", "catalog.db-shm"):
+        (Path(store) / name).unlink(missing_ok=True)
+    reason, code, out, _ = served(store, ["list", "--json"], ws, tmp_path)
+    assert (reason, code) == (None, 0)
+    assert [r["id"] for r in json.loads(out)] == [made]
+    assert (Path(store) / "catalog.db").exists()  # rebuilt, as an in-process call does
+    later = served(store, ["create", "-m", "later"], ws, tmp_path)[2].strip()
+    listed = json.loads(ckpt("list", "--json", cwd=ws).stdout)  # in its own process
+    assert [r["id"] for r in listed] == [made, later]
+
+
+def test_stop_lets_the_running_request_finish(ws: Path, tmp_path: Path,
+                                              servers: Servers) -> None:
+    store = store_of(ws)
+    pid = servers.start(ws)["pid"]
+    marker = Path(wire.server_dir(store)) / "paused-run"
+    with open(tmp_path / "out", "wb") as out, open(os.devnull, "rb") as stdin:
+        channel = send_request(store, ["create", "-m", "during stop"], ws,
+                               [stdin.fileno(), out.fileno(), out.fileno()],
+                               extra_env={"CKPT_SERVER_TEST_PAUSE": "run"})
+    assert channel.recv()[0] == wire.ACCEPTED
+    wait_until(marker.exists, "the request to pause")
+    env = dict(os.environ, CKPT_SERVER="off")
+    stopping = subprocess.Popen([PY, "-m", "ckpt", "server", "stop"], cwd=ws, env=env,
+                                stdout=subprocess.PIPE, text=True)
+    log = Path(wire.server_dir(store)) / "log"
+    wait_until(lambda: "asked to stop" in log.read_text(), "the stop request")
+    assert stopping.poll() is None and alive(pid)  # waiting for the request
+    marker.unlink()
+    assert channel.recv()[:2] == (wire.EXIT, [b"0"])
+    out_text, _ = stopping.communicate(timeout=120)
+    assert stopping.returncode == 0 and f"pid {pid}" in out_text
+    assert not alive(pid)
+    assert [r["label"] for r in json.loads(ckpt("list", "--json", cwd=ws).stdout)] == [
+        "during stop"]
+
+
+def test_foreground_server_serves_and_stops_on_sigint(ws: Path, tmp_path: Path,
+                                                      servers: Servers) -> None:
+    env = dict(os.environ, CKPT_SERVER="off")
+    proc = subprocess.Popen([PY, "-m", "ckpt", "server", "start", "--foreground"], cwd=ws,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    servers.pids.add(proc.pid)
+    wait_until(lambda: status(ws)["running"], "the foreground server")
+    assert status(ws)["pid"] == proc.pid
+    assert served(store_of(ws), ["list"], ws, tmp_path)[1] == 0
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    assert "request 1: list -> exit 0" in err  # the log on its stderr too
     assert status(ws) == {"running": False}
