@@ -304,7 +304,10 @@ def server_pids_for(top: str | os.PathLike[str]) -> dict[int, str]:
             continue
         if b"ckpt.cli.server" not in argv:
             continue
-        stores = [a for a in argv if os.path.realpath(a).startswith(prefix)] if argv else []
+        # Absolute arguments only: a relative one ("-m") would resolve against this
+        # process's current directory, which may be inside `top`.
+        stores = [a for a in argv[1:]
+                  if a.startswith(b"/") and os.path.realpath(a).startswith(prefix)]
         if stores and alive(int(name)):
             found[int(name)] = os.fsdecode(stores[0])
     return found
