@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import json
 import shutil
+import stat
 import statistics
 import subprocess
 import sys
@@ -46,6 +47,7 @@ from bench.corpus import (
     copy_tree,
     diff_manifests,
     get_corpus,
+    hash_file,
     list_captured_files,
     read_manifest,
 )
@@ -182,8 +184,9 @@ def server_rss(install: Install, work: Path, store: Path, files: Sequence[str], 
 
     ``work`` holds the tree (``files``: its regular files, which turns edit and delete) and
     ``store`` its store (both made here if absent: ``init`` and the first checkpoint run
-    in-process, before the server starts). Every ``every`` cycles, and at the end, VmRSS is
-    sampled and the tree is checked against ``baseline`` (default: its manifest at start).
+    in-process, before the server starts). Every ``every`` cycles VmRSS is sampled and the
+    paths the turns since the last sample touched are checked against ``baseline`` (default:
+    the tree's manifest at start); at the end the whole tree is.
     """
     session = ServerSession(install, work, store)
     store.mkdir(parents=True, exist_ok=True)
@@ -195,26 +198,51 @@ def server_rss(install: Install, work: Path, store: Path, files: Sequence[str], 
     with session.server() as status:
         requests = status["requests"]
         samples.append((0, session.memory_kib()[0]))
+        touched: set[str] = set()
         for cycle in range(1, cycles + 1):
-            apply_turn(work, plan_turn(files, seed + cycle))
+            turn = plan_turn(files, seed + cycle)
+            apply_turn(work, turn)
+            touched |= turn.paths
             created = session.run("create", "--json", "-m", f"cycle {cycle}")
             restored = session.run("restore", first, "--json")
             seconds.append(created.seconds + restored.seconds)
             if cycle % every == 0 or cycle == cycles:
                 samples.append((cycle, session.memory_kib()[0]))
-                diffs = diff_manifests(expected, read_manifest(work))
-                if diffs:
-                    raise BenchFailure(f"cycle {cycle}: the restore left {len(diffs)} paths "
-                                       f"different: {diffs[:10]}")
+                wrong = wrong_paths(work, expected, touched)
+                if wrong:
+                    raise BenchFailure(f"cycle {cycle}: the restores left {len(wrong)} paths "
+                                       f"different: {wrong[:10]}")
+                touched.clear()
                 if progress is not None:
                     progress(f"cycle {cycle}: VmRSS {samples[-1][1] / 1024:.1f} MiB")
         served = session.status()["requests"] - requests
         rss, hwm = session.memory_kib()
+    diffs = diff_manifests(expected, read_manifest(work))
+    if diffs:
+        raise BenchFailure(f"after {cycles} cycles the tree differs in {len(diffs)} paths: "
+                           f"{diffs[:10]}")
     if served < 2 * cycles:
         raise BenchFailure(f"{served} of {2 * cycles} cycle calls went through the server")
     return {"cycles": cycles, "every": every, "samples": samples, "peak_rss_kib": hwm,
             "final_rss_kib": rss, "growth_kib_per_cycle": growth_per_cycle(samples, every),
             "median_cycle_s": statistics.median(seconds), "server_requests": served}
+
+
+def wrong_paths(work: Path, expected: Manifest, paths: set[str]) -> list[str]:
+    """The ``paths`` (relative) whose file is not as in ``expected`` (absent from it: must
+    not exist)."""
+    wrong = []
+    for rel in sorted(paths):
+        path = work / rel
+        want = expected.get(rel)
+        if want is None:
+            if path.exists() or path.is_symlink():
+                wrong.append(f"{rel}: left behind")
+        elif (path.is_symlink() or not path.is_file()
+              or bool(path.stat().st_mode & stat.S_IXUSR) != want.executable
+              or hash_file(str(path)) != want.digest):
+            wrong.append(f"{rel}: not restored")
+    return wrong
 
 
 def render_rss(result: dict[str, Any]) -> list[str]:
