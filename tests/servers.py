@@ -2,10 +2,10 @@
 find and kill any server a test left behind (one spawned on demand by a CLI call).
 
 Shared by the CLI suite's server mode (tests/cli/conftest.py, `CKPT_TEST_MODE=server`), the
-e2e suite and the server fault tests (tests/faults/test_fault_server*.py). Everything here
-speaks to a server the way the thin client does: the socket and the wire frames of
-`ckpt.cli.wire` (docs: /work/notes/protocol-24.md, ARCHITECTURE.md). It never imports the
-server's own modules, so a test sees what a client sees.
+e2e suite and the server fault tests (tests/faults/test_fault_server*.py). A server is asked
+for its status and told to quit the way `ckpt server status|stop` do (their `read_status` and
+`ask`, over the socket); the server's own modules are never imported here, so a test sees
+what a client sees.
 
 Must not: leave a process running. Every server started here is stopped, then killed by pid
 in a `finally`; `reap_servers_under` kills what on-demand spawns left under a test's temp dir.
@@ -14,7 +14,6 @@ in a `finally`; `reap_servers_under` kills what on-demand spawns left under a te
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -108,57 +107,20 @@ def kill_pid(pid: int) -> None:
 
 # -- talking to a server ----------------------------------------------------------------------
 
-def status(store: str | os.PathLike[str], timeout: float = 10.0) -> dict[str, Any] | None:
-    """The server's `status --json` body, asked over its socket (HELLO, STATUS); None when
-    no server answers there."""
+def status(store: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The server's `status --json` body, asked over its socket as `ckpt server status`
+    asks it (HELLO, STATUS); None when no server answers there."""
+    from ckpt.cli.commands.server import read_status
+
+    return read_status(os.fspath(store))
+
+
+def ask_to_quit(store: str | os.PathLike[str]) -> bool:
+    """Send QUIT (stop once idle), as `ckpt server stop` does; False when none answers."""
     from ckpt.cli import wire
+    from ckpt.cli.commands.server import ask
 
-    try:
-        sock = wire.connect(socket_path(store), timeout)
-    except OSError:
-        return None
-    channel = wire.Channel(sock)
-    try:
-        channel.send(wire.HELLO, wire.hello_fields())
-        kind, _fields, _fds = channel.recv()
-        if kind != wire.HELLO:
-            return None
-        channel.send(wire.STATUS)
-        kind, fields, fds = channel.recv()
-        for fd in fds:
-            os.close(fd)
-        if kind != wire.STATUS_REPLY or not fields:
-            return None
-        doc: dict[str, Any] = json.loads(fields[0])
-        return doc
-    except (OSError, EOFError, ValueError):
-        return None
-    finally:
-        channel.close()
-
-
-def ask_to_quit(store: str | os.PathLike[str], timeout: float = 10.0) -> bool:
-    """Send QUIT (stop once idle) to the store's server; False when none answers."""
-    from ckpt.cli import wire
-
-    try:
-        sock = wire.connect(socket_path(store), timeout)
-    except OSError:
-        return False
-    channel = wire.Channel(sock)
-    try:
-        channel.send(wire.HELLO, wire.hello_fields())
-        kind, _fields, fds = channel.recv()
-        for fd in fds:
-            os.close(fd)
-        if kind != wire.HELLO:
-            return False
-        channel.send(wire.QUIT)
-        return True
-    except (OSError, EOFError, ValueError):
-        return False
-    finally:
-        channel.close()
+    return ask(os.fspath(store), wire.QUIT) is not None
 
 
 def request_count(doc: Mapping[str, Any]) -> int:

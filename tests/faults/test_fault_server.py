@@ -154,19 +154,25 @@ def changed_tree(ws: Workspace, name: str) -> h.Model:
 
 # -- kill -9 of the server mid-command -------------------------------------------------------
 
+def kill_server_during(server: servers.Server, stage: bytes, root: str, *args: str) -> None:
+    """Run `ckpt ARGS` through `server`, SIGKILL the server once the command draws `stage`:
+    the client exits 6 (SERVER_LOST) with its line and nothing on stdout."""
+    victim = server.pid
+    run = PtyClient(root, *args)
+    assert run.wait_for(stage), f"the command ended before {stage!r}"
+    os.kill(victim, signal.SIGKILL)
+    code, out, err = run.finish()
+    assert (code, out) == (SERVER_LOST, ""), err
+    assert err.strip().endswith(LOST_LINE)  # (after the progress line it interrupted)
+    assert servers.wait_gone(victim, 10)
+
+
 def test_server_killed_during_create_loses_the_call_not_the_store(
         workspace: Workspace, server: servers.Server) -> None:
     ws = workspace
     changed_tree(ws, "server-kill-create")
-    victim = server.pid
-    run = PtyClient(ws.root, "create", "-m", "killed")
-    assert run.wait_for(b"ckpt: hashing"), "the create ended before it hashed"
-    os.kill(victim, signal.SIGKILL)
-    code, out, err = run.finish()
+    kill_server_during(server, b"ckpt: hashing", ws.root, "create", "-m", "killed")
     h.tally("server kill create", injected=1)
-    assert (code, out) == (SERVER_LOST, ""), err
-    assert err.strip().endswith(LOST_LINE)  # (after the progress line it interrupted)
-    assert servers.wait_gone(victim, 10)
 
     assert h.listed_ids(ws.root) == {ws.base}  # the killed create left nothing half-made
     model = h.tree_state(ws.root)
@@ -183,15 +189,8 @@ def test_server_killed_during_restore_is_completed_by_the_next_call(
         workspace: Workspace, server: servers.Server, next_call: str) -> None:
     ws = workspace
     changed = changed_tree(ws, f"server-kill-restore-{next_call}")
-    victim = server.pid
-    run = PtyClient(ws.root, "restore", ws.base, "--json")
-    assert run.wait_for(b"ckpt: restoring"), "the restore ended before it applied"
-    os.kill(victim, signal.SIGKILL)
-    code, out, err = run.finish()
+    kill_server_during(server, b"ckpt: restoring", ws.root, "restore", ws.base, "--json")
     h.tally("server kill restore", injected=1)
-    assert (code, out) == (SERVER_LOST, ""), err
-    assert err.strip().endswith(LOST_LINE)  # (after the progress line it interrupted)
-    assert servers.wait_gone(victim, 10)
     pending = h.journals(ws.store)
     state = h.tree_state(ws.root)
     assert pending or state == ws.base_model, "no journal, yet the tree is half restored"
