@@ -4,8 +4,8 @@ find and kill any server a test left behind (one spawned on demand by a CLI call
 Shared by the CLI suite's server mode (tests/cli/conftest.py, `CKPT_TEST_MODE=server`), the
 e2e suite and the server fault tests (tests/faults/test_fault_server*.py). A server is asked
 for its status and told to quit the way `ckpt server status|stop` do (their `read_status` and
-`ask`, over the socket); the server's own modules are never imported here, so a test sees
-what a client sees.
+`ask`, over the socket); the server process's own modules (cli/server*.py) are never
+imported here, so a test sees what a client sees.
 
 Must not: leave a process running. Every server started here is stopped, then killed by pid
 in a `finally`; `reap_servers_under` kills what on-demand spawns left under a test's temp dir.
@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckpt.cli import wire
+
 #: `CKPT_TEST_MODE=server`: the CLI fixtures run every command through the thin client
 #: against a real server for the test's store (tests/cli/conftest.py).
 SERVER_MODE = os.environ.get("CKPT_TEST_MODE", "") == "server"
@@ -38,15 +40,15 @@ CLIENT = (sys.executable, "-m", "ckpt")
 
 
 def server_dir(store: str | os.PathLike[str]) -> str:
-    return os.path.join(os.fspath(store), "server")
+    return wire.server_dir(os.fspath(store))
 
 
 def socket_path(store: str | os.PathLike[str]) -> str:
-    return os.path.join(server_dir(store), "sock")
+    return wire.socket_path(os.fspath(store))
 
 
 def lock_path(store: str | os.PathLike[str]) -> str:
-    return os.path.join(server_dir(store), "lock")
+    return os.path.join(server_dir(store), wire.LOCK_NAME)
 
 
 # -- the lock file's owner line -----------------------------------------------------------------
@@ -117,7 +119,6 @@ def status(store: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def ask_to_quit(store: str | os.PathLike[str]) -> bool:
     """Send QUIT (stop once idle), as `ckpt server stop` does; False when none answers."""
-    from ckpt.cli import wire
     from ckpt.cli.commands.server import ask
 
     return ask(os.fspath(store), wire.QUIT) is not None
