@@ -386,6 +386,7 @@ class Server:
         if lock is None:
             return 0  # another server runs for this store
         try:
+            os.chdir("/")  # hold no workspace directory (each request enters its client's)
             self.setup_log()
             if self.read_settings() == "off":
                 log.info("server = off for this store: not starting")
