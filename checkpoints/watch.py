@@ -51,6 +51,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt.checkpoints.dirlisting import linked_dirs
+
 logger = logging.getLogger("ckpt")
 
 IN_MODIFY = 0x2
@@ -675,19 +677,11 @@ class Watcher:
 
     def _find_links(self, keys: list[bytes]) -> None:
         """Mark the directories of `keys` that hold a file of several links (outside the
-        lock: one lstat per file)."""
-        found: list[bytes] = []
-        for key in keys if self._inactive is None else ():
-            try:
-                with os.scandir(self._path(key)) as entries:
-                    for entry in entries:
-                        if not entry.is_dir(follow_symlinks=False) \
-                                and entry.is_file(follow_symlinks=False) \
-                                and entry.stat(follow_symlinks=False).st_nlink > 1:
-                            found.append(key)
-                            break
-            except OSError:
-                continue
+        lock: one lstat per file, on native threads)."""
+        if self._inactive is not None or not keys:
+            return
+        outcomes = linked_dirs([self._path(key) for key in keys], os.cpu_count() or 1)
+        found = [key for key, linked in zip(keys, outcomes, strict=True) if linked is True]
         if found:
             with self._cond:
                 self._linked.update(found)

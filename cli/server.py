@@ -110,8 +110,10 @@ class Server:
                  .encode())
         return fd
 
-    def bind(self) -> None:
-        """Bind the socket; a socket file nobody answers on is stale (a killed server)."""
+    def bind(self) -> bool:
+        """Bind the socket; a socket file nobody answers on is stale (a killed server).
+        False: something answers there without holding the lock (its lock file was removed):
+        it is left alone."""
         try:
             wire.connect(self.path, timeout=1.0).close()
         except FileNotFoundError:
@@ -120,7 +122,8 @@ class Server:
             log.info("removing stale socket %s", self.path)
             os.unlink(self.path)
         else:
-            raise RuntimeError(f"a server without the lock answers on {self.path}")
+            log.warning("a server without the lock answers on %s: not starting", self.path)
+            return False
         umask = os.umask(0o077)
         try:
             raw = wire.bind(self.path)
@@ -129,6 +132,7 @@ class Server:
             os.umask(umask)
         st = os.stat(self.path)
         self.bound = (st.st_dev, st.st_ino)
+        return True
 
     def read_settings(self) -> str:
         """`server_idle`, `server_verify` from the store's config; returns `server`."""
@@ -382,11 +386,13 @@ class Server:
         if lock is None:
             return 0  # another server runs for this store
         try:
+            os.chdir("/")  # hold no workspace directory (each request enters its client's)
             self.setup_log()
             if self.read_settings() == "off":
                 log.info("server = off for this store: not starting")
                 return 0
-            self.bind()
+            if not self.bind():
+                return 0
             signal.signal(signal.SIGINT, self.on_sigint)
             signal.signal(signal.SIGTERM, self.on_sigterm)
             signal.signal(signal.SIGHUP, signal.SIG_IGN)

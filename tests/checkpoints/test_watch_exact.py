@@ -6,7 +6,7 @@ symlink, chmod, an edit inside the racy window with its mtime put back, a write 
 link from outside the root, a real event-queue overflow); after every step a snapshot of the
 `Checkpoints` opened with `watch=True` (real inotify, one long-lived watcher) must have the
 tree of a full walk: another store's `Checkpoints` with `watch=False` and no stat cache.
-Bounded by default; `CKPT_SOAK=1` runs a long soak.
+Another `Checkpoints` without a watcher snapshots into the same store in between. Bounded by default; `CKPT_SOAK=1` runs a long soak.
 """
 
 from __future__ import annotations
@@ -250,6 +250,13 @@ class WatchedEqualsWalked(RuleBasedStateMachine):
                 stream.write(data + b"!")
 
     @rule()
+    def snapshot_by_another_process(self) -> None:
+        """A `Checkpoints` without a watcher on the same store snapshots (and saves the stat
+        cache the watched one then reads back from its files)."""
+        with Checkpoints.open(self.root) as other:
+            other.create()
+
+    @rule()
     def overflow(self) -> None:
         watcher = self.cp._ws.watch.watcher  # type: ignore[union-attr]
         gate = watcher.pause_reader()
@@ -267,6 +274,7 @@ class WatchedEqualsWalked(RuleBasedStateMachine):
             return
         watched = self.cp.create().tree
         self.cp.settle()
+        self.ref.settle()  # its last cache save done before the cache goes
         drop_stat_cache(self.ref_store)
         walked = self.ref.create().tree
         assert watched == walked, self.cp.diff(self.cp.latest().id)  # type: ignore[union-attr]

@@ -38,6 +38,25 @@ def make_tree(root: Path) -> None:
         path.write_bytes(data)
 
 
+def inside_store_root(tmp_path: Path) -> Path:
+    """A workspace with its store inside it (`.ckpt`)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    make_tree(root)
+    Checkpoints.init(root).close()
+    return root
+
+
+def outside_store_root(tmp_path: Path) -> tuple[Path, Path]:
+    """A workspace with its store outside it (the root holds only a marker directory)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    make_tree(root)
+    store = tmp_path / "store"
+    Checkpoints.init(root, store=store).close()
+    return root, store
+
+
 def full_walk_tree(root: Path, store: Path) -> bytes:
     """The tree of a snapshot by a store of its own with no stat cache and no watcher."""
     with Checkpoints.init(root, store=store) as ref:
@@ -48,10 +67,7 @@ def full_walk_tree(root: Path, store: Path) -> bytes:
 
 @pytest.fixture
 def watched(tmp_path: Path) -> Iterator[tuple[Path, Checkpoints]]:
-    root = tmp_path / "ws"
-    root.mkdir()
-    make_tree(root)
-    Checkpoints.init(root).close()
+    root = inside_store_root(tmp_path)
     cp = Checkpoints.open(root, watch=True)
     try:
         yield root, cp
@@ -133,10 +149,7 @@ def lowered(path: str, value: int) -> Iterator[None]:
 
 
 def test_watch_limit_leaves_dirs_listed(tmp_path: Path) -> None:
-    root = tmp_path / "ws"
-    root.mkdir()
-    make_tree(root)
-    Checkpoints.init(root).close()
+    root = inside_store_root(tmp_path)
     with Checkpoints.open(root, watch=True) as cp:  # the root is watched
         with lowered(MAX_WATCHES, 1):  # the first snapshot cannot watch what it finds
             cp.create()
@@ -149,11 +162,7 @@ def test_watch_limit_leaves_dirs_listed(tmp_path: Path) -> None:
 
 
 def test_renamed_root_is_watched_again(tmp_path: Path) -> None:
-    root = tmp_path / "ws"
-    root.mkdir()
-    make_tree(root)
-    store = tmp_path / "store"
-    Checkpoints.init(root, store=store).close()
+    root, store = outside_store_root(tmp_path)
     with Checkpoints.open(root, store, watch=True) as cp:
         cp.create()
         cp.create()
@@ -235,11 +244,7 @@ def test_verify_reports_what_the_events_missed(watched: tuple[Path, Checkpoints]
 
 
 def test_cookies_never_in_a_checkpoint(tmp_path: Path) -> None:
-    root = tmp_path / "ws"
-    root.mkdir()
-    make_tree(root)
-    store = tmp_path / "store"
-    Checkpoints.init(root, store=store).close()
+    root, store = outside_store_root(tmp_path)
     with Checkpoints.open(root, store, watch=True) as cp:
         cp.create()
         shutil.rmtree(root / ".ckpt")  # no marker directory: the cookies go in the root
@@ -255,10 +260,7 @@ def test_cookies_never_in_a_checkpoint(tmp_path: Path) -> None:
 def test_one_watcher_per_root_shared_and_closed_with_the_last(tmp_path: Path) -> None:
     from ckpt.checkpoints import watch
 
-    root = tmp_path / "ws"
-    root.mkdir()
-    make_tree(root)
-    Checkpoints.init(root).close()
+    root = inside_store_root(tmp_path)
     first = Checkpoints.open(root, watch=True)
     second = Checkpoints.open(root, session="other", watch=True)
     assert first._ws.watch.watcher is second._ws.watch.watcher  # type: ignore[union-attr]
@@ -296,3 +298,29 @@ def test_symlink_entries_are_captured_not_followed(watched: tuple[Path, Checkpoi
     equal_to_walk(cp, root, tmp_path)
     entry = next(e for e in cp.files(cp.latest().id) if e.path == b"a")  # type: ignore[union-attr]
     assert entry.kind is EntryKind.SYMLINK
+
+
+def test_cache_kept_in_memory_stays_consistent_over_turns(tmp_path: Path) -> None:
+    """A cache read from its files (another process saved it), then edits deep in one
+    branch, then twice in another: each snapshot's tree is a full walk's. (A record rebuilt
+    in a scan whose stored form that scan had copied came back stale from the cache kept in
+    memory, and two snapshots later the tree was wrong.)"""
+    root = tmp_path / "ws"
+    for rel in ("a/b/c/one", "a/b/two", "a/x/y/three", "d/four"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(rel.encode())
+    Checkpoints.init(root).close()
+    with Checkpoints.open(root, watch=True) as cp, Checkpoints.open(root) as other:
+        cp.create()
+        for rel, by in (("a/b/two", other), ("a/b/c/one", cp), ("d/four", cp), ("d/four", cp),
+                        (None, cp), ("a/x/y/three", cp), ("d/four", cp), (None, cp)):
+            if rel is not None:
+                with open(root / rel, "ab") as stream:
+                    stream.write(b" edited")
+            time.sleep(0.03)  # past the racy window: listings are kept
+            if by is other:
+                other.create()
+                other.settle()
+            else:
+                equal_to_walk(cp, root, tmp_path)
+        assert state(cp).full_walks == 1

@@ -565,3 +565,21 @@ def test_foreground_server_serves_and_stops_on_sigint(ws: Path, tmp_path: Path,
     assert proc.returncode == 0
     assert "request 1: list -> exit 0" in err  # the log on its stderr too
     assert status(ws) == {"running": False}
+
+
+def test_a_request_runs_with_the_clients_env_not_the_servers(
+        ws: Path, tmp_path: Path, servers: Servers, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CKPT_SESSION", "servers-own")  # the env the server is started with
+    servers.start(ws)
+    monkeypatch.delenv("CKPT_SESSION")
+    store = store_of(ws)
+    assert served(store, ["create", "-m", "plain"], ws, tmp_path)[1] == 0
+    with open(os.devnull, "wb") as sink, open(os.devnull, "rb") as stdin:
+        channel = send_request(store, ["create", "-m", "s1"], ws,
+                               [stdin.fileno(), sink.fileno(), sink.fileno()],
+                               extra_env={"CKPT_SESSION": "s1"})
+        assert channel.recv()[0] == wire.ACCEPTED
+        assert channel.recv()[:2] == (wire.EXIT, [b"0"])
+    listed = json.loads(ckpt("list", "--all-sessions", "--json", cwd=ws).stdout)
+    assert sorted((r["label"], r["session"]) for r in listed) == [
+        ("plain", "default"), ("s1", "s1")]
