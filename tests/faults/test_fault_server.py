@@ -6,8 +6,10 @@ thin client (`python -m ckpt`), SIGKILL and SIGINT.
   restore is completed, as after a kill of the in-process CLI) and `fsck --full` is clean.
 - A stale socket (a killed server's): the client runs in-process; a new server starts over it.
 - Two clients at once: both succeed, two checkpoints, each exactly its tree.
-- A client meeting a server of another ckpt version: it runs the command itself, and the old
-  server, asked to quit, goes.
+- A client meeting a server of another ckpt version (the server's CKPT_SERVER_TEST_VERSION
+  hook): it runs the command itself, and the old server, asked to quit, goes.
+- The server killed after the command ran, before its EXIT (the CKPT_SERVER_TEST_PAUSE hook):
+  exit 6, and the command ran once, never again by the client.
 - Ctrl-C to a client while the server restores: exit 130, and the store and tree are left as
   a Ctrl-C leaves them in-process (the restore pending, completed by the next call).
 
@@ -26,11 +28,11 @@ import re
 import select
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import pytest
@@ -40,7 +42,7 @@ SERVER_LOST = 6
 INTERRUPTED = 130
 LOST_LINE = ("ckpt: error: the ckpt server stopped during the command; run it again (an "
              "interrupted restore is completed by the next call)")
-FILES = 1500
+FILES = 600
 
 
 def client_env(**extra: str) -> dict[str, str]:
@@ -271,41 +273,56 @@ def servers_json(out: bytes) -> dict[str, object]:
     return value
 
 
-# A real server that believes it is another ckpt version: the version is patched before the
-# server's modules (and cli/wire.py, whose HELLO carries it) are imported.
-OLD_SERVER = """\
-import sys
-import ckpt
-ckpt.__version__ = "0.0.0+old"
-from ckpt.cli.server import main
-sys.exit(main([sys.argv[1], "--foreground"]))
-"""
-
-
 def test_a_client_of_another_version_runs_in_process_and_the_old_server_goes(
         workspace: Workspace) -> None:
     ws = workspace
-    log = open(os.path.join(os.path.dirname(ws.root), "old-server.out"), "wb")  # noqa: SIM115
-    old = subprocess.Popen([sys.executable, "-c", OLD_SERVER, ws.store], cwd=ws.root,
-                           env=client_env(), stdin=subprocess.DEVNULL, stdout=log,
-                           stderr=subprocess.STDOUT, start_new_session=True)
-    log.close()
+    # The server's test hook: a real server that says it is another ckpt version.
+    old = servers.start_server(ws.store, client_env(), cwd=ws.root,
+                               extra_env={"CKPT_SERVER_TEST_VERSION": "0.0.0+old"})
     try:
-        deadline = time.monotonic() + servers.START_TIMEOUT
-        while (doc := servers.status(ws.store)) is None:
-            assert old.poll() is None, f"the old server exited {old.returncode}"
-            assert time.monotonic() < deadline, "the old server never listened"
-            time.sleep(0.02)
-        assert doc["version"] == "0.0.0+old"
+        doc = old.status()
+        assert doc is not None and doc["version"] == "0.0.0+old"
         created = client(ws.root, "create", "--json", "-m", "new client")
         assert created.code == h.OK, created
         assert h.listed_ids(ws.root) == {ws.base, created.json()["id"]}
-        old.wait(timeout=servers.STOP_TIMEOUT)  # asked to quit once idle: it goes
+        old.proc.wait(timeout=servers.STOP_TIMEOUT)  # asked to quit once idle: it goes
     finally:
-        if old.poll() is None:
-            old.kill()
-        old.wait()
+        old.stop()
         servers.reap_servers_under(os.path.dirname(ws.root))
+
+
+def test_server_killed_after_the_command_before_its_exit_ran_it_once(
+        workspace: Workspace, server: servers.Server) -> None:
+    """The request ran to its end; the server dies before EXIT: the client says so (exit 6)
+    and never runs it again itself, so there is exactly one new checkpoint."""
+    ws = workspace
+    (Path(ws.root) / "new.txt").write_text("made before the call\n")
+    marker = Path(servers.server_dir(ws.store)) / "paused-exit"
+    proc = subprocess.Popen([*servers.CLIENT, "--root", ws.root, "create", "-m", "once"],
+                            cwd=ws.root, env=client_env(CKPT_SERVER_TEST_PAUSE="exit"),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the server never paused after the command"
+            time.sleep(0.01)
+        victim = server.pid
+        os.kill(victim, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    h.tally("server kill before exit", injected=1)
+    assert proc.returncode == SERVER_LOST, err
+    assert err.decode().strip() == LOST_LINE
+    assert re.fullmatch(rb"ckpt-\d{13}-[0-9a-z]{8}\n", out)  # it had printed the id
+    assert servers.wait_gone(victim, 10)
+    assert h.listed_ids(ws.root) == {ws.base, out.decode().strip()}
+    h.fsck_clean(ws.root)
+    h.tally("server kill before exit", passed=1)
 
 
 # -- Ctrl-C ----------------------------------------------------------------------------------
