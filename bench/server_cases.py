@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import json
 import shutil
+import signal
 import stat
 import statistics
 import subprocess
@@ -269,6 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cycles < 1 or args.every < 1:
         ap.error("--cycles and --every must be >= 1")
+    # A SIGTERM (`timeout`) unwinds like an error, so the server is stopped and the copy
+    # deleted on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         corpus = get_corpus(args.corpus)
     except CorpusError as exc:
