@@ -917,8 +917,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "(non-editable) into a fresh venv in the scratch dir, as users install "
                          "it; current runs this interpreter's (here: editable) install")
     args = ap.parse_args(argv)
-    # A SIGTERM (`timeout`) unwinds like an error: servers stopped, scratch deleted.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     tools = list(dict.fromkeys(t for t in args.tools.split(",") if t))
     if not tools or any(t not in TOOLS for t in tools) or args.rounds < 1:
         ap.error(f"--tools takes some of {','.join(TOOLS)}; --rounds must be >= 1")
@@ -1010,4 +1008,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # A SIGTERM (`timeout`) unwinds like an error: servers stopped, scratch deleted.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     sys.exit(main())

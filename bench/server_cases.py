@@ -270,9 +270,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cycles < 1 or args.every < 1:
         ap.error("--cycles and --every must be >= 1")
-    # A SIGTERM (`timeout`) unwinds like an error, so the server is stopped and the copy
-    # deleted on the way out.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         corpus = get_corpus(args.corpus)
     except CorpusError as exc:
@@ -303,4 +300,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # A SIGTERM (`timeout`) unwinds like an error: servers stopped, scratch deleted.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     sys.exit(main())
