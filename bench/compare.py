@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1007,7 +1007,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    # A SIGTERM (`timeout`) unwinds like an error: servers stopped, scratch deleted.
+def run_program(entry: Callable[[], int]) -> None:
+    """Run a bench program's ``main`` as the process: a SIGTERM (``timeout``) unwinds like an
+    error, so its servers are stopped and its scratch deleted; exit with its code."""
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    sys.exit(main())
+    sys.exit(entry())
+
+
+if __name__ == "__main__":
+    run_program(main)

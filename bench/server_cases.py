@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import json
 import shutil
-import signal
 import stat
 import statistics
 import subprocess
@@ -40,6 +39,7 @@ from bench.compare import (
     prepare_install,
     proc_memory_kib,
     run_measured,
+    run_program,
     stop_pid,
 )
 from bench.corpus import (
@@ -300,6 +300,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # A SIGTERM (`timeout`) unwinds like an error: servers stopped, scratch deleted.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    sys.exit(main())
+    run_program(main)
