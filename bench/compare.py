@@ -4,9 +4,11 @@ Run ``python -m bench.compare --corpus stdlib|linux|PATH [--rounds N]
 [--tools ckpt,ckpt-api,git] [--json OUT]``. Each round gives each tool a fresh ``cp -a`` copy of
 the corpus and a store in a sibling directory, then measures five steps: first snapshot,
 no-change snapshot, snapshot after a seeded agent turn, restore to the first snapshot, and a
-no-op restore. ``ckpt`` and ``git`` run every step as whole processes; ``ckpt-api`` is ckpt's
-Python API in one long-lived worker (``bench/inprocess.py``) that opens the store once and times
-each call inside itself, as a harness would see it. Tools alternate within a round so none
+no-op restore. ``ckpt`` and ``git`` run every step as whole processes (``ckpt`` with
+``CKPT_SERVER=off``: the cold CLI); ``ckpt-server`` runs the same commands through the thin
+client against the store's resident server, started and warmed before the first step;
+``ckpt-api`` is ckpt's Python API in one long-lived worker (``bench/inprocess.py``) that opens
+the store once and times each call inside itself, as a harness would see it. Tools alternate within a round so none
 always runs on a warmer machine, and no copy is deleted before the run ends while the disk
 has room (deleting one slows the file creations of the rounds after it). Every restore is
 checked against a content manifest of the original tree: a fast but wrong restore aborts
@@ -36,12 +38,13 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -403,7 +406,9 @@ class CkptCli(Driver):
         self.cwd = work.parent
         install = install or Install.current()
         self.base = [*install.launcher, "--root", str(work), "--store", str(store)]
-        self.env = install.env
+        # The cold CLI: every call its own interpreter, no resident server used or spawned
+        # (that is the ckpt-server tool).
+        self.env = {**install.env, "CKPT_SERVER": "off"}
 
     def _run(self, *args: str) -> Measured:
         return run_measured([[*self.base, *args]], cwd=self.cwd, env=self.env)
@@ -520,6 +525,118 @@ class CkptApi(Driver):
             self._stderr.close()
 
 
+class CkptServer(CkptCli):
+    """ckpt's CLI through the store's resident server: the same commands as ``ckpt``, each a
+    whole client process, with the server started and warmed before the first step.
+
+    The thin client forwards each call to the server (the default ``CKPT_SERVER=auto``), which
+    keeps the store open and the tree watched. Outside every step: ``ckpt server start``
+    after init, then two ``list --json`` calls (imports done, the root opened and watched).
+    After each step the server's request count must have grown by one (a call that ran
+    in-process would be measured as the wrong thing) and its memory is read from /proc: the
+    step's peak RSS is the server's high-water mark (cumulative over the round), the client's
+    own is in ``report``.
+    """
+
+    name = "ckpt-server"
+
+    def __init__(self, work: Path, store: Path, install: Install | None = None) -> None:
+        super().__init__(work, store, install)
+        self.env = {k: v for k, v in self.env.items() if k != "CKPT_SERVER"}
+        self.pid: int | None = None
+        self.requests = 0
+
+    def status(self) -> dict[str, Any]:
+        done = subprocess.run([*self.base, "server", "status", "--json"], cwd=self.cwd,
+                              env=self.env, capture_output=True, text=True, check=False,
+                              timeout=120)
+        if done.returncode != 0:
+            raise BenchFailure(f"ckpt server status exited {done.returncode}: "
+                               f"{done.stderr.strip()[-2000:]}")
+        value = json.loads(done.stdout)
+        if not isinstance(value, dict) or not value.get("running"):
+            raise BenchFailure(f"the ckpt server is not running: {done.stdout.strip()}")
+        return value
+
+    def _served(self, m: Measured, calls: int) -> Measured:
+        """Check the step went through the server; its memory becomes the step's."""
+        status = self.status()
+        if status["pid"] != self.pid or status["requests"] < self.requests + calls:
+            raise BenchFailure(f"a ckpt-server step did not go through the server (pid "
+                               f"{self.pid}, {self.requests} + {calls} requests expected): "
+                               f"{status}")
+        self.requests = status["requests"]
+        rss, hwm = proc_memory_kib(status["pid"])
+        m.report = {"tool": m.report, "client_max_rss_kib": m.max_rss_kib,
+                    "server_rss_kib": rss, "server_hwm_kib": hwm}
+        m.max_rss_kib = hwm
+        return m
+
+    def init(self) -> Measured:
+        m = super().init()
+        start = time.perf_counter()
+        started = run_measured([[*self.base, "server", "start", "--json"]], cwd=self.cwd,
+                               env=self.env)
+        self.pid = int(json.loads(started.stdout[0])["pid"])
+        for _ in range(2):  # warm: imports, the root opened and its watch set up
+            run_measured([[*self.base, "list", "--json"]], cwd=self.cwd, env=self.env)
+        self.requests = self.status()["requests"]
+        warm = time.perf_counter() - start
+        rss, hwm = proc_memory_kib(self.pid)
+        m.report = {"init": m.report, "server_start_and_warm_seconds": warm,
+                    "server_rss_kib": rss, "server_hwm_kib": hwm}
+        return m
+
+    def snapshot(self, label: str) -> tuple[Measured, str]:
+        m, ref = super().snapshot(label)
+        return self._served(m, 1), ref
+
+    def restore(self, ref: str) -> Measured:
+        return self._served(super().restore(ref), 1)
+
+    def close(self) -> None:
+        pid, self.pid = self.pid, None
+        if pid is None:
+            return
+        try:
+            subprocess.run([*self.base, "server", "stop"], cwd=self.cwd, env=self.env,
+                           capture_output=True, check=False, timeout=180)
+        finally:
+            stop_pid(pid)
+
+
+def proc_memory_kib(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of a process in KiB, from /proc (0, 0 where there is none)."""
+    values = {"VmRSS:": 0, "VmHWM:": 0}
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                words = line.split()
+                if words and words[0] in values:
+                    values[words[0]] = int(words[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return values["VmRSS:"], values["VmHWM:"]
+
+
+def stop_pid(pid: int, timeout: float = 30.0) -> None:
+    """Make sure a server process is gone: wait for it, then SIGKILL it."""
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        if _zombie(pid):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, 9)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def _parse_json(m: Measured, what: str) -> dict[str, Any]:
     try:
         value = json.loads(m.stdout[0])
@@ -531,7 +648,8 @@ def _parse_json(m: Measured, what: str) -> dict[str, Any]:
 
 
 # Table and JSON order: the ckpt variants, then git, the yardstick each is divided by.
-TOOLS: dict[str, type[Driver]] = {"ckpt": CkptCli, "ckpt-api": CkptApi, "git": GitShadow}
+TOOLS: dict[str, type[Driver]] = {"ckpt": CkptCli, "ckpt-server": CkptServer,
+                                  "ckpt-api": CkptApi, "git": GitShadow}
 
 
 def _check(expected: Manifest, actual: Manifest, what: str) -> None:
@@ -675,7 +793,7 @@ def summarize(runs: list[dict[str, Any]], tools: Sequence[str]) -> dict[str, Any
 
 
 def _cell(value: float | None, spec: str) -> str:
-    return f"{'-':>10}" if value is None else format(value, spec)
+    return f"{'-':>{spec[:2]}}" if value is None else format(value, spec)
 
 
 def render_table(report: dict[str, Any]) -> str:
@@ -689,7 +807,7 @@ def render_table(report: dict[str, Any]) -> str:
         return s[step][tool].get(key) if tool in s[step] else None
 
     def tools_header(title: str) -> str:
-        return f"{title:<28}" + "".join(f"{t:>10}" for t in cols)
+        return f"{title:<28}" + "".join(f"{t:>12}" for t in cols)
 
     lines = [(f"corpus {c['name']}: {c['captured_files']:,} captured files of {c['files']:,} "
               f"({c['bytes'] / 1e6:,.0f} MB); {report['rounds']} rounds; {report['date']}"),
@@ -705,7 +823,7 @@ def render_table(report: dict[str, Any]) -> str:
         medians = s[step].get("median_ratio", {})
         rounds = s[step].get("ratios", {})
         lines.append(f"{STEP_TITLES[step]:<28}"
-                     + "".join(_cell(get(step, t, "median_s"), "10.3f") for t in cols)
+                     + "".join(_cell(get(step, t, "median_s"), "12.3f") for t in cols)
                      + "".join(f"{medians[t]:{w}.2f}" for t, w in zip(pairs, widths))
                      + ("  " + " | ".join(" ".join(f"{r:.2f}" for r in rounds[t])
                                           for t in pairs) if pairs else ""))
@@ -723,7 +841,10 @@ def render_table(report: dict[str, Any]) -> str:
     for step in STEPS:
         cells = [get(step, t, "peak_rss_kib") for t in cols]
         lines.append(f"{STEP_TITLES[step]:<28}" + "".join(
-            _cell(None if v is None else v / 1024, "10.1f") for v in cells))
+            _cell(None if v is None else v / 1024, "12.1f") for v in cells))
+    if "ckpt-server" in cols:
+        lines.append("  (ckpt-server: the server's high-water mark after the step, cumulative "
+                     "over the round)")
     if any(t != "ckpt-api" for t in cols):
         lines.append(f"  (the RSS wrapper's floor is {report['rss_floor_kib'] / 1024:.1f} MiB: "
                      "a value near it means 'at most that')")
@@ -738,11 +859,15 @@ def render_table(report: dict[str, Any]) -> str:
     for key, title, div in (("apparent_bytes", "apparent MB", 1e6),
                             ("allocated_bytes", "allocated MB", 1e6), ("files", "files", 1)):
         cells = [s["store"][t][key] / div if t in s["store"] else None for t in cols]
-        lines.append(f"  {title:<26}" + "".join(_cell(v, "10,.0f") for v in cells))
+        lines.append(f"  {title:<26}" + "".join(_cell(v, "12,.0f") for v in cells))
     lines += ["", tools_header("paths rewritten (median)")]
     for step in ("restore", "noop_restore"):
         lines.append(f"{STEP_TITLES[step]:<28}" + "".join(
-            _cell(get(step, t, "median_rewritten"), "10,.0f") for t in cols))
+            _cell(get(step, t, "median_rewritten"), "12,.0f") for t in cols))
+    if report.get("client"):
+        from bench.server_cases import render_client
+
+        lines += render_client(report["client"])
     return "\n".join(lines)
 
 
@@ -775,9 +900,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--corpus", required=True, help="stdlib, linux, or a directory")
     ap.add_argument("--rounds", type=int, default=3, help="rounds per tool (default 3)")
     ap.add_argument("--tools", default="ckpt,git",
-                    help="comma list of ckpt (the CLI), ckpt-api (the Python API in-process), "
-                         "git (default ckpt,git)")
+                    help="comma list of ckpt (the CLI, no server), ckpt-server (the CLI "
+                         "through a running server), ckpt-api (the Python API in-process), git "
+                         "(default ckpt,git)")
     ap.add_argument("--seed", type=int, default=1, help="seed of round 0's turn (round i: +i)")
+    ap.add_argument("--client-reps", type=int, default=20,
+                    help="with ckpt-server: repetitions of the client start-up cases "
+                         "(--version, list --json against python -c pass; 0: skip)")
     ap.add_argument("--json", type=Path, help="write the full report with raw numbers here")
     ap.add_argument("--scratch", type=Path, help="where copies go (default: a temp dir)")
     ap.add_argument("--keep", action="store_true",
@@ -839,6 +968,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # What the round took, without walking its copy between two timed rounds.
                 used = free_before - shutil.disk_usage(scratch_root).free
                 kept.append((scratch, max(used, 0)))
+        client = None
+        if "ckpt-server" in tools and args.client_reps > 0:
+            from bench.server_cases import client_startup
+
+            print("client start-up cases ...", file=sys.stderr, flush=True)
+            assert install is not None
+            client = client_startup(install, scratch_root, args.client_reps)
     except BenchFailure as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 2
@@ -864,12 +1000,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       ).max_rss_kib,
         "rounds": args.rounds, "tools": tools, "seed": args.seed, "runs": runs,
         "copies_deleted_between_rounds": deleted_between_rounds,
-        "summary": summarize(runs, tools)}
+        "summary": summarize(runs, tools), "client": client}
     print(render_table(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0
 
 
+def run_program(entry: Callable[[], int]) -> None:
+    """Run a bench program's ``main`` as the process: a SIGTERM (``timeout``) unwinds like an
+    error, so its servers are stopped and its scratch deleted; exit with its code."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    sys.exit(entry())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run_program(main)

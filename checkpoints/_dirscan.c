@@ -12,6 +12,9 @@
  * subtrees by itself, on all threads at once (no barrier per level), and hands back only the
  * directories whose listing differs or is not known. Those are the ones that need Python.
  *
+ * `linked_dirs` tells which directories hold a file of more than one link (a file watcher cannot
+ * see a write through a link outside the watched tree).
+ *
  * `listing_changes` compares two listings of one directory: the entries that differ are the
  * only ones a scan must look at when it knows what the old listing stood for.
  *
@@ -259,6 +262,101 @@ static PyObject *scan_dirs(PyObject *self, PyObject *args) {
         PyList_SET_ITEM(result, i, item);
     }
     for (Py_ssize_t i = 0; i < count; i++) free(jobs[i].buf);
+    PyMem_Free(jobs);
+    Py_DECREF(paths);
+    return result;
+}
+
+/* ---- linked_dirs ----------------------------------------------------------------------- */
+
+/* Whether a directory holds a non-directory entry of more than one link (job->newest: 1 or 0;
+ * job->err: why it could not be read). Entries the directory says are directories are not
+ * stat'ed. */
+static void linked_one(Job *job) {
+    job->newest = 0;
+    int fd = open(job->path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        job->err = errno;
+        return;
+    }
+    DIR *dir = fdopendir(fd);
+    if (!dir) {
+        job->err = errno;
+        close(fd);
+        return;
+    }
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(dir);
+        if (!de) {
+            job->err = errno;
+            break;
+        }
+        if (de->d_type == DT_DIR) continue;
+        const char *name = de->d_name;
+        if (name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0))) continue;
+        struct stat st;
+        if (fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode) &&
+            st.st_nlink > 1) {
+            job->newest = 1;
+            break;
+        }
+    }
+    closedir(dir);
+}
+
+static void *linked_worker(void *arg) {
+    Batch *batch = arg;
+    for (;;) {
+        pthread_mutex_lock(&batch->lock);
+        size_t index = batch->next++;
+        pthread_mutex_unlock(&batch->lock);
+        if (index >= batch->count) return NULL;
+        linked_one(&batch->jobs[index]);
+    }
+}
+
+static PyObject *linked_dirs(PyObject *self, PyObject *args) {
+    PyObject *seq;
+    int threads;
+    if (!PyArg_ParseTuple(args, "Oi", &seq, &threads)) return NULL;
+    PyObject *paths = PySequence_Fast(seq, "paths must be a sequence of bytes");
+    if (!paths) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(paths);
+    Job *jobs = PyMem_Calloc(count ? (size_t)count : 1, sizeof(Job));
+    if (!jobs) {
+        Py_DECREF(paths);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(paths, i);
+        if (!PyBytes_Check(item)) {
+            PyMem_Free(jobs);
+            Py_DECREF(paths);
+            PyErr_SetString(PyExc_TypeError, "paths must be bytes");
+            return NULL;
+        }
+        jobs[i].path = PyBytes_AS_STRING(item); /* `paths` keeps the bytes alive */
+    }
+    Batch batch = {jobs, (size_t)count, 0, PTHREAD_MUTEX_INITIALIZER};
+    if (threads < 1) threads = 1;
+    if (threads > 64) threads = 64;
+    if ((Py_ssize_t)threads > count) threads = count > 0 ? (int)count : 1;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_t helpers[64];
+    int started = start_helpers(helpers, threads - 1, linked_worker, &batch);
+    linked_worker(&batch);
+    for (int t = 0; t < started; t++) pthread_join(helpers[t], NULL);
+    Py_END_ALLOW_THREADS
+    PyObject *result = PyList_New(count);
+    for (Py_ssize_t i = 0; result && i < count; i++) {
+        PyObject *item = jobs[i].err ? PyLong_FromLong(jobs[i].err) : PyBool_FromLong(jobs[i].newest == 1);
+        if (!item) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SET_ITEM(result, i, item);
+    }
     PyMem_Free(jobs);
     Py_DECREF(paths);
     return result;
@@ -783,6 +881,9 @@ static PyMethodDef methods[] = {
     {"scan_dirs", scan_dirs, METH_VARARGS,
      "scan_dirs(paths: list[bytes], threads: int) -> list[tuple[bytes, int] | int]\n"
      "Per directory: (listing, newest mtime/ctime in ns) or the errno that stopped it."},
+    {"linked_dirs", linked_dirs, METH_VARARGS,
+     "linked_dirs(paths, threads) -> [True | False | errno]: whether each directory holds a "
+     "non-directory entry of more than one link"},
     {"walk_dirs", walk_dirs, METH_VARARGS,
      "walk_dirs(starts: list[tuple[bytes, bytes, bool]], known: dict | None, threads: int)\n"
      "    -> tuple[list[tuple[bytes, tuple[bytes, int] | int]], list[bytes]]\n"

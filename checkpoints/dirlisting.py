@@ -13,6 +13,15 @@ directory whose listing equals the one `known` holds for it is unchanged, and th
 listing or errno), plus the keys of the unchanged ones. A no-change snapshot of a large tree is
 then one call, all of it off the GIL.
 
+`walk_dirs_watched(starts, known, view, threads)` is the same walk for a scan whose file watcher
+(watch.py) says which directories may have changed since their listing was taken: a directory
+it calls clean, whose known listing is settled, is unchanged without a syscall; the others are
+listed in batches and compared as `walk_dirs` does; a subtree the watcher cannot vouch for is
+walked by `walk_dirs` itself.
+
+`linked_dirs(paths, threads)` says which directories hold a file of more than one link (the
+watcher lists those at every scan).
+
 `listing_changes(old, new)` compares two listings of one directory: the entries of `new` not
 in `old` byte for byte, and the names `new` lacks, so a scan that knows what `old` stood for
 looks at those entries only. `patch_listing(listing, changes)` goes the other way: the listing
@@ -33,7 +42,7 @@ import itertools
 import os
 import struct
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from ckpt.objstore.native import load_native
 
@@ -44,6 +53,7 @@ ScanOutcome = tuple[bytes, int] | int
 _dirscan = load_native("ckpt.checkpoints._dirscan")
 _native_scan_dirs = None if _dirscan is None else _dirscan.scan_dirs
 _native_walk_dirs = None if _dirscan is None else _dirscan.walk_dirs
+_native_linked_dirs = getattr(_dirscan, "linked_dirs", None)
 _native_listing_changes = None if _dirscan is None else _dirscan.listing_changes
 _native_patch_listing = None if _dirscan is None else _dirscan.patch_listing
 
@@ -126,10 +136,107 @@ def walk_dirs_python(starts: Sequence[WalkStart],
     return reports, unchanged
 
 
+class WatchedView(Protocol):
+    """What `walk_dirs_watched` asks of a watcher's view (watch.py's `WatchView`)."""
+
+    def listed(self, key: bytes) -> bool:
+        """Whether the directory `key` may have changed since its last listing was taken."""
+        ...
+
+    def walked(self, key: bytes) -> bool:
+        """Whether the whole subtree at `key` must be walked (no watch vouches for it)."""
+        ...
+
+    def within_walked(self, key: bytes) -> bool:
+        """Whether `key` or one of its ancestors is `walked`."""
+        ...
+
+
+def walk_dirs_watched(starts: Sequence[WalkStart], known: Known | None, view: WatchedView,
+                      threads: int = 1) -> tuple[list[WalkReport], list[bytes]]:
+    """`walk_dirs`, but a directory `view` calls clean whose `known` listing is settled (not
+    empty) and whose subdirectory names are plain is taken as unchanged without being listed;
+    the rest is listed and compared exactly as `walk_dirs` does, and a subtree `view` says no
+    watch covers goes to `walk_dirs` whole."""
+    if known is None:
+        return walk_dirs(starts, None, threads)
+    reports: list[WalkReport] = []
+    unchanged: list[bytes] = []
+    whole: list[WalkStart] = []
+    # The scanner's starts may lie anywhere (below a directory that changed): ask about their
+    # ancestors too; a directory reached through a clean parent is walked only if it is a root.
+    pending: list[WalkStart] = []
+    for start in starts:
+        (whole if view.within_walked(start[0]) else pending).append(start)
+    listed, walked = view.listed, view.walked
+    while pending:
+        listing: list[WalkStart] = []
+        # The hot loop of a watched no-change snapshot: one pass over the known directories.
+        pop, push, get = pending.pop, pending.extend, known.get
+        while pending:
+            start = pop()
+            key, path, shortcut = start
+            if walked(key):
+                whole.append(start)
+                continue
+            entry = get(key) if shortcut else None
+            if entry is None or not entry[0] or listed(key) or not _plain_names(entry[1]):
+                listing.append(start)
+                continue
+            unchanged.append(key)
+            names = entry[1]
+            if names:
+                prefix, base = (key + b"/" if key else b""), path + b"/"
+                push([(prefix + name, base + name, True) for name in names.split(b"\0")])
+        if not listing:
+            break
+        outcomes = scan_dirs([start[1] for start in listing], threads)
+        for (key, path, shortcut), outcome in zip(listing, outcomes, strict=True):
+            entry = get(key) if shortcut else None
+            if (entry is not None and not isinstance(outcome, int) and entry[0]
+                    and entry[0] == outcome[0] and _plain_names(entry[1])):
+                unchanged.append(key)
+                _push_subdirs(pending, key, path, entry[1])
+            else:
+                reports.append((key, outcome))
+    if whole:
+        more, same = walk_dirs(whole, known, threads)
+        reports += more
+        unchanged += same
+    reports.sort(key=_report_key)
+    return reports, unchanged
+
+
+def linked_dirs(paths: Sequence[bytes], threads: int = 1) -> list[bool | int]:
+    """For each directory of `paths`: whether it holds a non-directory entry of more than one
+    link (True/False), or the errno that stopped the look."""
+    if _native_linked_dirs is not None:
+        return _native_linked_dirs(paths, threads if len(paths) >= THREADED_BATCH else 1)  # type: ignore[no-any-return]
+    return [_linked_one(path) for path in paths]
+
+
+def _linked_one(path: bytes) -> bool | int:
+    try:
+        with os.scandir(path) as entries:
+            return any(not entry.is_dir(follow_symlinks=False)
+                       and entry.stat(follow_symlinks=False).st_nlink > 1 for entry in entries)
+    except OSError as exc:
+        return exc.errno or 0
+
+
+def _push_subdirs(pending: list[WalkStart], key: bytes, path: bytes, names: bytes) -> None:
+    if names:
+        prefix = key + b"/" if key else b""
+        pending.extend((prefix + name, path + b"/" + name, True) for name in names.split(b"\0"))
+
+
 def _plain_names(names: bytes) -> bool:
     """No name that could lead outside the directory (checked as the native walk does)."""
-    return not names or all(name and b"/" not in name and name not in (b".", b"..")
-                            for name in names.split(b"\0"))
+    if not names:
+        return True
+    if b"/" in names or b"\0\0" in names or names[:1] == b"\0" or names[-1:] == b"\0":
+        return False  # a slash, or an empty name
+    return b"." not in names or all(name not in (b".", b"..") for name in names.split(b"\0"))
 
 
 def _report_key(report: WalkReport) -> bytes:

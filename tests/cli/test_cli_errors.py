@@ -110,6 +110,7 @@ def _raise(exc: BaseException) -> Callable[..., Any]:
     return fail
 
 
+@pytest.mark.in_process("patches Checkpoints.create in this process; a server runs its own copy")
 def test_interrupt_exits_130(initialized: Path, ckpt_in: CkptIn,
                              monkeypatch: pytest.MonkeyPatch) -> None:
     from ckpt.checkpoints.service import Checkpoints
@@ -119,6 +120,7 @@ def test_interrupt_exits_130(initialized: Path, ckpt_in: CkptIn,
     assert (run.code, run.stdout, run.stderr) == (130, "", "ckpt: error: interrupted\n")
 
 
+@pytest.mark.in_process("patches Checkpoints.create in this process; a server runs its own copy")
 def test_os_error_names_the_path(initialized: Path, ckpt_in: CkptIn,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from ckpt.checkpoints.service import Checkpoints
@@ -131,6 +133,7 @@ def test_os_error_names_the_path(initialized: Path, ckpt_in: CkptIn,
                           "(hint: free disk space, e.g. 'ckpt prune ...' then 'ckpt gc')\n")
 
 
+@pytest.mark.in_process("patches Checkpoints.history in this process; a server runs its own copy")
 def test_unexpected_error_is_internal_and_debug_shows_the_traceback(
         initialized: Path, ckpt_in: CkptIn, monkeypatch: pytest.MonkeyPatch) -> None:
     from ckpt.checkpoints.service import Checkpoints
@@ -148,6 +151,7 @@ def test_unexpected_error_is_internal_and_debug_shows_the_traceback(
     assert env.stderr.startswith("Traceback")
 
 
+@pytest.mark.in_process("patches Checkpoints.restore in this process; a server runs its own copy")
 def test_partial_restore_exits_3_and_still_prints_the_report(
         initialized: Path, ckpt_in: CkptIn, monkeypatch: pytest.MonkeyPatch) -> None:
     from ckpt.checkpoints.service import Checkpoints

@@ -49,6 +49,7 @@ def test_windows_is_refused_with_a_checkpoint_error() -> None:
         "win32", "unsupported platform win32: ckpt runs on Linux and macOS")
 
 
+@pytest.mark.in_process("patches sys.platform in this process; a server's is Linux")
 @pytest.mark.parametrize("args", [["init"], ["create"], ["list"], ["config", "list"]])
 def test_cli_refuses_windows_before_touching_anything(ws: Path, ckpt_in: CkptIn,
                                                       monkeypatch: pytest.MonkeyPatch,

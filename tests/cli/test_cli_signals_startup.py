@@ -77,6 +77,8 @@ def entry_points() -> list[list[str]]:
     return found
 
 
+@pytest.mark.in_process("its moments spread over the in-process start-up (click, the command "
+                        "modules), which a call handed to a server does not have")
 @pytest.mark.parametrize("entry", entry_points(), ids=lambda argv: "-m" if "-m" in argv else "script")
 def test_sigint_during_start_up_exits_130_without_a_traceback(initialized: Path, env_for: Env,
                                                               entry: list[str]) -> None:
