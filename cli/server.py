@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt import __version__
-from ckpt.cli import wire
+from ckpt.cli import errors, wire
+from ckpt.cli.render import delivered
 from ckpt.cli.server_exec import Pool, close_all, execute, pause, warm_up
 from ckpt.cli.server_request import BadRequest, Request, decline_reason
 from ckpt.cli.server_status import server_status
@@ -270,8 +271,8 @@ class Server:
                 code = execute(pending.request, pending.fds, self.directory)
             finally:
                 self.in_command = False
-        except KeyboardInterrupt:  # landed outside the command's own handling
-            code = 130
+        except KeyboardInterrupt:  # landed outside the command's own handling: as in-process,
+            code = errors.OK if delivered() else errors.INTERRUPTED  # a printed result stands
         except Exception:
             log.exception("request %d failed in the server", pending.id)
         finally:

@@ -59,6 +59,18 @@ class Request:
                 return arg
         return None
 
+    def follows(self) -> bool:
+        """`events --follow`: it runs until the client's Ctrl-C, so it must not hold the
+        server's one executor (a value that reads `-f` only costs a local run)."""
+        args = iter(self.argv)
+        for arg in args:
+            if arg in _VALUE_OPTIONS:
+                next(args, None)
+            elif arg == "--" or not arg.startswith("-"):
+                command = next(args, None) if arg == "--" else arg
+                return command == "events" and any(a in ("--follow", "-f") for a in args)
+        return False
+
     def option(self, name: str) -> str | None:
         """The value of global option `name` (`--root X` or `--root=X`) before the command,
         else its environment variable as forwarded."""
@@ -94,7 +106,7 @@ class Request:
 def decline_reason(request: Request, store: str) -> str | None:
     """Why the server runs `request` in the client (a DECLINE reason), or None: it runs it."""
     command = request.command()
-    if command in LOCAL_COMMANDS:
+    if command in LOCAL_COMMANDS or request.follows():
         return "local"
     if "--help" in request.argv or "-h" in request.argv or "--version" in request.argv:
         return None  # no store is opened

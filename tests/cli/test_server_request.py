@@ -62,6 +62,16 @@ def test_decline_table(tmp_path: Path) -> None:
     assert decline_reason(request("list", env={"CKPT_ROOT": "/elsewhere"}), store) == "store"
 
 
+def test_events_follow_runs_in_the_client(tmp_path: Path) -> None:
+    """It runs until a Ctrl-C: in the server it would hold every other request back."""
+    store = str(tmp_path / ".ckpt")
+    for argv in (("events", "--follow"), ("events", "-f", "--json"),
+                 ("--session", "events", "events", "--limit", "3", "-f")):
+        assert decline_reason(request(*argv), store) == "local", argv
+    assert request("--session", "events", "list", "-f").follows() is False
+    assert request("events", "--json").follows() is False
+
+
 def test_decode_round_trips_what_the_client_sends() -> None:
     env = [b"CKPT_ROOT=/r", b"LANG=C.UTF-8", b"TERM=xterm"]
     fields = wire.request_fields("/w d", ["create", "-m", "caf\xe9 \udcff"], env)
