@@ -50,7 +50,8 @@ LOG_NAME = "log"
 # The environment a request carries (and the server applies, unsetting CKPT_* names not sent):
 # what the CLI and the library read.
 FORWARDED_NAMES = frozenset(("TERM", "COLUMNS", "LINES", "NO_COLOR", "LANG", "PYTHONIOENCODING",
-                             "HOME", "TZ"))
+                             "HOME", "TZ", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM",
+                             "GIT_CONFIG_NOSYSTEM", "CLAUDE_PROJECT_DIR"))
 FORWARDED_PREFIXES = ("CKPT_", "LC_", "XDG_")
 
 _SUN_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL on Linux (104 on BSDs)
