@@ -67,6 +67,7 @@ typedef struct {
     size_t count;
     size_t next;
     pthread_mutex_t lock;
+    void (*one)(Job *); /* what each job is: scan_one or linked_one */
 } Batch;
 
 static int by_name(const void *a, const void *b) {
@@ -81,18 +82,25 @@ static void put_le(char *out, uint64_t value, int bytes) {
     for (int i = 0; i < bytes; i++) out[i] = (char)((value >> (8 * i)) & 0xff);
 }
 
-static void scan_one(Job *job) {
-    int fd = open(job->path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
+/* The job's directory, opened without following a symlink; NULL with job->err set. */
+static DIR *open_dir(Job *job, int *fd) {
+    *fd = open(job->path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (*fd < 0) {
         job->err = errno;
-        return;
+        return NULL;
     }
-    DIR *dir = fdopendir(fd);
+    DIR *dir = fdopendir(*fd);
     if (!dir) {
         job->err = errno;
-        close(fd);
-        return;
+        close(*fd);
     }
+    return dir;
+}
+
+static void scan_one(Job *job) {
+    int fd;
+    DIR *dir = open_dir(job, &fd);
+    if (!dir) return;
     size_t count = 0, cap = 64, total = 0;
     Entry *entries = malloc(cap * sizeof(Entry));
     int failed = entries ? 0 : ENOMEM;
@@ -178,7 +186,7 @@ static void *worker(void *arg) {
         size_t index = batch->next++;
         pthread_mutex_unlock(&batch->lock);
         if (index >= batch->count) return NULL;
-        scan_one(&batch->jobs[index]);
+        batch->one(&batch->jobs[index]);
     }
 }
 
@@ -213,30 +221,35 @@ static int start_helpers(pthread_t *helpers, int count, void *(*fn)(void *), voi
     return started;
 }
 
-static PyObject *scan_dirs(PyObject *self, PyObject *args) {
-    PyObject *seq;
-    int threads;
-    if (!PyArg_ParseTuple(args, "Oi", &seq, &threads)) return NULL;
-    PyObject *paths = PySequence_Fast(seq, "paths must be a sequence of bytes");
-    if (!paths) return NULL;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(paths);
-    Job *jobs = PyMem_Calloc(count ? (size_t)count : 1, sizeof(Job));
+/* The jobs of a batch of directory paths (bytes; `*paths` keeps them alive), or NULL with an
+ * exception set. */
+static Job *batch_jobs(PyObject *seq, PyObject **paths, Py_ssize_t *count) {
+    *paths = PySequence_Fast(seq, "paths must be a sequence of bytes");
+    if (!*paths) return NULL;
+    *count = PySequence_Fast_GET_SIZE(*paths);
+    Job *jobs = PyMem_Calloc(*count ? (size_t)*count : 1, sizeof(Job));
     if (!jobs) {
-        Py_DECREF(paths);
-        return PyErr_NoMemory();
+        Py_CLEAR(*paths);
+        PyErr_NoMemory();
+        return NULL;
     }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(paths, i);
+    for (Py_ssize_t i = 0; i < *count; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(*paths, i);
         if (!PyBytes_Check(item)) {
             PyMem_Free(jobs);
-            Py_DECREF(paths);
+            Py_CLEAR(*paths);
             PyErr_SetString(PyExc_TypeError, "paths must be bytes");
             return NULL;
         }
-        jobs[i].path = PyBytes_AS_STRING(item); /* `paths` keeps the bytes alive */
+        jobs[i].path = PyBytes_AS_STRING(item);
         jobs[i].newest = INT64_MIN;
     }
-    Batch batch = {jobs, (size_t)count, 0, PTHREAD_MUTEX_INITIALIZER};
+    return jobs;
+}
+
+/* Run `one` on every job, on up to `threads` threads (this one included), without the GIL. */
+static void run_batch(Job *jobs, Py_ssize_t count, int threads, void (*one)(Job *)) {
+    Batch batch = {jobs, (size_t)count, 0, PTHREAD_MUTEX_INITIALIZER, one};
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
     if ((Py_ssize_t)threads > count) threads = count > 0 ? (int)count : 1;
@@ -246,6 +259,16 @@ static PyObject *scan_dirs(PyObject *self, PyObject *args) {
     worker(&batch); /* this thread works too; with no helper it does everything */
     for (int t = 0; t < started; t++) pthread_join(helpers[t], NULL);
     Py_END_ALLOW_THREADS
+}
+
+static PyObject *scan_dirs(PyObject *self, PyObject *args) {
+    PyObject *seq, *paths;
+    int threads;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "Oi", &seq, &threads)) return NULL;
+    Job *jobs = batch_jobs(seq, &paths, &count);
+    if (!jobs) return NULL;
+    run_batch(jobs, count, threads, scan_one);
     PyObject *result = PyList_New(count);
     for (Py_ssize_t i = 0; result && i < count; i++) {
         Job *job = &jobs[i];
@@ -274,17 +297,9 @@ static PyObject *scan_dirs(PyObject *self, PyObject *args) {
  * stat'ed. */
 static void linked_one(Job *job) {
     job->newest = 0;
-    int fd = open(job->path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        job->err = errno;
-        return;
-    }
-    DIR *dir = fdopendir(fd);
-    if (!dir) {
-        job->err = errno;
-        close(fd);
-        return;
-    }
+    int fd;
+    DIR *dir = open_dir(job, &fd);
+    if (!dir) return;
     for (;;) {
         errno = 0;
         struct dirent *de = readdir(dir);
@@ -305,49 +320,14 @@ static void linked_one(Job *job) {
     closedir(dir);
 }
 
-static void *linked_worker(void *arg) {
-    Batch *batch = arg;
-    for (;;) {
-        pthread_mutex_lock(&batch->lock);
-        size_t index = batch->next++;
-        pthread_mutex_unlock(&batch->lock);
-        if (index >= batch->count) return NULL;
-        linked_one(&batch->jobs[index]);
-    }
-}
-
 static PyObject *linked_dirs(PyObject *self, PyObject *args) {
-    PyObject *seq;
+    PyObject *seq, *paths;
     int threads;
+    Py_ssize_t count;
     if (!PyArg_ParseTuple(args, "Oi", &seq, &threads)) return NULL;
-    PyObject *paths = PySequence_Fast(seq, "paths must be a sequence of bytes");
-    if (!paths) return NULL;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(paths);
-    Job *jobs = PyMem_Calloc(count ? (size_t)count : 1, sizeof(Job));
-    if (!jobs) {
-        Py_DECREF(paths);
-        return PyErr_NoMemory();
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(paths, i);
-        if (!PyBytes_Check(item)) {
-            PyMem_Free(jobs);
-            Py_DECREF(paths);
-            PyErr_SetString(PyExc_TypeError, "paths must be bytes");
-            return NULL;
-        }
-        jobs[i].path = PyBytes_AS_STRING(item); /* `paths` keeps the bytes alive */
-    }
-    Batch batch = {jobs, (size_t)count, 0, PTHREAD_MUTEX_INITIALIZER};
-    if (threads < 1) threads = 1;
-    if (threads > 64) threads = 64;
-    if ((Py_ssize_t)threads > count) threads = count > 0 ? (int)count : 1;
-    Py_BEGIN_ALLOW_THREADS
-    pthread_t helpers[64];
-    int started = start_helpers(helpers, threads - 1, linked_worker, &batch);
-    linked_worker(&batch);
-    for (int t = 0; t < started; t++) pthread_join(helpers[t], NULL);
-    Py_END_ALLOW_THREADS
+    Job *jobs = batch_jobs(seq, &paths, &count);
+    if (!jobs) return NULL;
+    run_batch(jobs, count, threads, linked_one);
     PyObject *result = PyList_New(count);
     for (Py_ssize_t i = 0; result && i < count; i++) {
         PyObject *item = jobs[i].err ? PyLong_FromLong(jobs[i].err) : PyBool_FromLong(jobs[i].newest == 1);

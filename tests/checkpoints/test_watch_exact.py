@@ -44,6 +44,9 @@ def small_event_queue() -> Iterator[None]:
     try:
         with open(MAX_QUEUED) as stream:
             old = stream.read().strip()
+        if old == str(SMALL_QUEUE):  # another run has it lowered now: it puts it back
+            yield
+            return
         with open(MAX_QUEUED, "w") as stream:
             stream.write(str(SMALL_QUEUE))
     except OSError:

@@ -137,6 +137,8 @@ def lowered(path: str, value: int) -> Iterator[None]:
     try:
         with open(path) as stream:
             old = stream.read().strip()
+        if old == str(value):  # another run is inside its own window: it puts it back
+            pytest.skip(f"{path} is lowered by another run")
         with open(path, "w") as stream:
             stream.write(str(value))
     except OSError:
