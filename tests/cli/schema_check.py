@@ -123,12 +123,37 @@ def validator(name: str) -> Draft202012Validator:
 
 
 def validate(name: str, value: Any) -> None:
-    """AssertionError listing every way `value` breaks schema `name`."""
+    """AssertionError listing every way `value` breaks schema `name`, or, valid, the first
+    object whose keys are not in the order its schema lists them (the documented order)."""
     errors = sorted(validator(name).iter_errors(value), key=lambda e: list(e.absolute_path))
     if errors:
         lines = [f"  at {'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:300]}"
                  for e in errors[:10]]
         raise AssertionError(f"output does not match schema {name!r}:\n" + "\n".join(lines))
+    resolver = registry().resolver(base_uri=schemas.load(name)["$id"])
+    check_order(schemas.load(name), value, resolver, "")
+
+
+def check_order(schema: Any, value: Any, resolver: Any, where: str) -> None:
+    """Walk a valid `value` with its schema: each object's keys come in `properties` order."""
+    if not isinstance(schema, dict):
+        return
+    if "$ref" in schema:
+        found = resolver.lookup(schema["$ref"])
+        check_order(found.contents, value, found.resolver, where)
+    for key in ("oneOf", "anyOf"):
+        for branch in schema.get(key, ()):
+            if Draft202012Validator(branch, registry=registry(), _resolver=resolver).is_valid(value):
+                check_order(branch, value, resolver, where)
+    if isinstance(value, dict) and "properties" in schema:
+        keys = [k for k in schema["properties"] if k in value]
+        assert list(value) == keys, f"at {where or '(top)'}: keys {list(value)}, not {keys}"
+        for key, sub in schema["properties"].items():
+            if key in value:
+                check_order(sub, value[key], resolver, f"{where}/{key}")
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            check_order(schema["items"], item, resolver, f"{where}/{index}")
 
 
 def check_output(args: Sequence[str], code: int, stdout: str) -> str | None:

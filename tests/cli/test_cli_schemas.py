@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -145,6 +146,21 @@ def test_the_checker_rejects_output_that_breaks_the_schema(
     change(broken)
     with pytest.raises(AssertionError, match=message):
         schema_check.check_output(["create", "--json"], 0, json.dumps(broken))
+
+
+@pytest.mark.parametrize(("args", "value", "where"), [
+    (["create", "--json"], {"label": None, **RECORD}, "(top)"),
+    (["create", "--json"], {**RECORD, "stats": {**dict(reversed(RECORD["stats"].items()))}},
+     "/stats"),
+    (["diff", "x", "--json"], [{"path": "a", "change": "M"},
+                               {"path": "b", "reason": "too-large", "change": "S"}], "/1"),
+    (["events", "--json"], [{"type": "catalog:rebuild", "session": "s",
+                             "at": "2026-12-03T13:00:00.000Z", "adopted": 1}], "/0"),
+])
+def test_the_checker_rejects_keys_out_of_the_documented_order(
+        args: list[str], value: Any, where: str) -> None:
+    with pytest.raises(AssertionError, match=f"at {re.escape(where)}: keys"):
+        schema_check.check_output(args, 0, json.dumps(value))
 
 
 def test_the_checker_fails_a_json_command_without_a_schema(
