@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from ckpt.checkpoints.ignore import DirRules, IgnoreRules
     from ckpt.checkpoints.lock import LockOwner
     from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
+    from ckpt.checkpoints.patch import FilePatch
     from ckpt.checkpoints.paths import RelPath
     from ckpt.checkpoints.plan import RestorePlan
     from ckpt.checkpoints.reports import (
@@ -84,6 +85,7 @@ _WHERE: dict[str, str] = {
                     "identity"),
     **dict.fromkeys(("DirRules", "IgnoreRules"), "ignore"),
     "LockOwner": "lock",
+    "FilePatch": "patch",
     **dict.fromkeys(("CheckpointRecord", "CheckpointStats", "Event", "SkippedPath"), "model"),
     "RelPath": "paths",
     "RestorePlan": "plan",
@@ -114,6 +116,7 @@ __all__ = [
     "DirRules",
     "Event",
     "FileEntry",
+    "FilePatch",
     "ForeignCheckpoint",
     "GcReport",
     "HeldBack",

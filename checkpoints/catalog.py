@@ -148,11 +148,13 @@ _OS_ERRNO = {3: errno.EACCES, 8: errno.EROFS, 10: errno.EIO, 13: errno.ENOSPC,
 
 def _records_sql(*, select: str = _SELECT, session: str | None = None, turn_id: str | None = None,
                  reason: str | None = None, root: str | None = None, newest: bool = False,
-                 limit: int | None = None) -> tuple[str, list[Any]]:
+                 limit: int | None = None,
+                 tool_call_id: str | None = None) -> tuple[str, list[Any]]:
     """The SELECT behind history/latest; None filters are omitted (not `IS NULL`)."""
     where: list[str] = []
     params: list[Any] = []
-    for column, value in (("session", session), ("turn_id", turn_id), ("reason", reason)):
+    for column, value in (("session", session), ("turn_id", turn_id), ("reason", reason),
+                          ("tool_call_id", tool_call_id)):
         if value is not None:
             where.append(f"{column} = ?")
             params.append(value)
@@ -524,10 +526,11 @@ class Catalog:
             return self._records(sql, (ids[0],))[0]
 
     def history(self, *, session: str | None, turn_id: str | None = None,
-                reason: str | None = None, root: str | None = None) -> list[CheckpointRecord]:
+                reason: str | None = None, root: str | None = None,
+                tool_call_id: str | None = None) -> list[CheckpointRecord]:
         """Matching records, oldest first (created_at, then id). `session=None`: all."""
         sql, params = _records_sql(select=self.select, session=session, turn_id=turn_id,
-                                   reason=reason, root=root)
+                                   reason=reason, root=root, tool_call_id=tool_call_id)
         with self._guard():
             return self._records(sql, params)
 

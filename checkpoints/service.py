@@ -53,6 +53,7 @@ from ckpt.objstore.errors import StoreNotFound
 # one process start, and building those modules' classes would be paid for nothing.
 if TYPE_CHECKING:
     from ckpt.checkpoints.maintenance import Maintenance
+    from ckpt.checkpoints.patch import FilePatch
     from ckpt.checkpoints.reports import (
         AbandonedRestore,
         CheckReport,
@@ -391,13 +392,15 @@ class Checkpoints:
         return self.catalog.resolve(ref)
 
     def history(self, *, turn_id: str | None = None, reason: str | None = None,
-                all_sessions: bool = False, all_roots: bool = False) -> builtins.list[CheckpointRecord]:
+                all_sessions: bool = False, all_roots: bool = False,
+                tool_call_id: str | None = None) -> builtins.list[CheckpointRecord]:
         """The session's checkpoints on this root (`all_sessions`: every session's on this
         root; `all_roots`: on every root of the store too), oldest first."""
         # A store may be shared by several roots: a timeline is one root's checkpoints.
         return self.catalog.history(session=None if all_sessions else self.session,
                                     turn_id=turn_id, reason=reason,
-                                    root=None if all_roots else self.root)
+                                    root=None if all_roots else self.root,
+                                    tool_call_id=tool_call_id)
 
     def list(self) -> builtins.list[CheckpointRecord]:
         return self.history()
@@ -469,6 +472,20 @@ class Checkpoints:
             current = self._ws.scan(locked, record.paths if record.scope == "paths" else None, None)
         return with_not_captured(diff_trees(self.objects.get_tree, record.tree, current.tree),
                                  record.skipped, current.skipped)
+
+    def patch(self, ref: str, ref2: str | None = None, *, paths: Sequence[str] | None = None,
+              context: int = 3) -> builtins.list[FilePatch]:
+        """`diff(ref, ref2)` as git-format patches (patch.py), one per changed path, each
+        changed path within `paths` (relative to the root) when given. Both sides come from
+        the store: the scan of the workspace stores its new versions."""
+        from ckpt.checkpoints.patch import render  # noqa: PLC0415 (only here)
+
+        changes = self.diff(ref, ref2)
+        if paths is not None:
+            wanted = [self._ws.rel(p) for p in paths]
+            changes = [c for c in changes
+                       if any(c.path == w or c.path.startswith(w + b"/") for w in wanted)]
+        return builtins.list(render(changes, self.objects.get_bytes, context=context))
 
     def _find_entry(self, record: CheckpointRecord, path: str | bytes) -> TreeEntry:
         rel = self._ws.rel(path)

@@ -30,6 +30,7 @@ from ckpt.checkpoints import display_text as show
 
 OK = 0
 USER_ERROR = 1
+DIFFERENCES = 1  # `diff --exit-code` found changes: no error line, unlike USER_ERROR
 USAGE = 2
 NOTHING_MATCHED = 3
 STORE_BUSY = 4

@@ -11,6 +11,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
@@ -26,13 +27,20 @@ from ckpt.cli.context import (
 from ckpt.cli.params import parse_meta
 from ckpt.cli.progress import stderr_is_terminal
 from ckpt.cli.render import (
+    StatRow,
+    Template,
+    cut_label,
     delivering,
+    diff_stat,
     display_path,
     dumps,
+    fill_template,
+    format_age,
     format_size,
     format_when,
     key_values,
     one_line,
+    parse_template,
     path_text,
     table,
     write_json,
@@ -40,7 +48,7 @@ from ckpt.cli.render import (
 )
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints import CheckpointRecord, Checkpoints, FileEntry
+    from ckpt.checkpoints import CheckpointRecord, Checkpoints, FileEntry, FilePatch
 
 MAX_SKIPPED_SHOWN = 20
 
@@ -168,8 +176,30 @@ _LIST_EPILOG = """\b
 Examples:
   ckpt list
   ckpt list --turn 7 --reason pre-tool
+  ckpt list --format '{id} {age} {reason}'
   ckpt list --all-sessions --json | jq -r '.[].id'
 """
+
+# What `--format` fields name: the keys of a `list --json` element (a test pins them to the
+# JSON), and `age`, which the JSON leaves out (it has `created_at`; its text would change by
+# the second).
+LIST_KEYS = ("id", "label", "reason", "turn_id", "message_id", "tool_call_id", "summary",
+             "metadata", "session", "scope", "parent", "tree", "created_at", "stats", "paths",
+             "skipped", "changed")
+FORMAT_KEYS = (*LIST_KEYS, "age")
+# Columns shown only when some row has a value: a plain `ckpt create` history has none.
+_OPTIONAL_COLUMNS = (("reason", "reason", 16), ("turn", "turn_id", 16),
+                     ("tool_call", "tool_call_id", 24))
+
+
+def _format_callback(ctx: click.Context, param: click.Parameter,
+                     value: str | None) -> Template | None:
+    if value is None:
+        return None
+    try:
+        return parse_template(value, FORMAT_KEYS)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.command("list", epilog=_LIST_EPILOG)
@@ -181,35 +211,49 @@ Examples:
               help="Every session on this root, not only --session.")
 @click.option("--all-roots", is_flag=True,
               help="Every root of the store too, not only this one (adds a root column).")
+@click.option("--format", "template", metavar="TEMPLATE", callback=_format_callback,
+              help="One line per checkpoint from TEMPLATE: {key} fields over the keys of "
+                   "--json and {age} (e.g. '{id} {age} {reason}'; null prints nothing).")
 @json_option
 @pass_state
 def list_(state: State, turn_id: str | None, reason: str | None, all_sessions: bool,
-          all_roots: bool, as_json: bool) -> None:
+          all_roots: bool, template: Template | None, as_json: bool) -> None:
     """List checkpoints, oldest first.
 
-    Columns: id, created (UTC), root (with --all-roots), session (with --all-sessions), reason,
-    turn, label, files,
-    changed (files added, deleted or modified since the checkpoint's parent; - when the
-    parent was pruned).
+    Columns: id, created (UTC), age, root (with --all-roots), session (with
+    --all-sessions), reason, turn and tool_call (each when some checkpoint has one), label,
+    files, changed (files added, deleted or modified since the checkpoint's parent; - when
+    the parent was pruned).
     """
+    if template is not None and as_json:
+        raise click.UsageError("--format and --json exclude each other")
     service = state.open()
     warn_restore_pending(service)
     records = service.history(turn_id=turn_id, reason=reason, all_sessions=all_sessions,
                               all_roots=all_roots)
     changed = [service.changed(r) for r in records]
+    docs = [{**record_json(r), "changed": n} for r, n in zip(records, changed)]
     if as_json:
-        write_json([{**record_json(r), "changed": n} for r, n in zip(records, changed)])
+        write_json(docs)
+        return
+    now = datetime.now(UTC)
+    ages = [format_age(r.created_at, now) for r in records]
+    if template is not None:
+        write_lines(fill_template(template, {**doc, "age": age}) for doc, age in zip(docs, ages))
         return
     if not records:
         return
-    header = ["id", "created (UTC)"] + (["root"] if all_roots else []) + (
-        ["session"] if all_sessions else []) + ["reason", "turn", "label", "files", "changed"]
-    rows = [[r.id, format_when(r.created_at)]
+    optional = [(title, key, width) for title, key, width in _OPTIONAL_COLUMNS
+                if any(getattr(r, key) for r in records)]
+    header = (["id", "created (UTC)", "age"] + (["root"] if all_roots else [])
+              + (["session"] if all_sessions else []) + [title for title, _, _ in optional]
+              + ["label", "files", "changed"])
+    rows = [[r.id, format_when(r.created_at), age]
             + ([display_path(r.root)] if all_roots else [])
             + ([one_line(r.session, 24)] if all_sessions else [])
-            + [one_line(r.reason, 16), one_line(r.turn_id, 16), one_line(r.label),
-               str(r.stats.files), "-" if n is None else str(n)]
-            for r, n in zip(records, changed)]
+            + [one_line(getattr(r, key), width) for _, key, width in optional]
+            + [cut_label(r.label), str(r.stats.files), "-" if n is None else str(n)]
+            for r, n, age in zip(records, changed, ages)]
     width = len(header)
     write_lines(table(header, rows, right=frozenset({width - 2, width - 1})))
 
@@ -312,34 +356,128 @@ def _accepts_progress(method: Callable[..., Any]) -> bool:
         return False
 
 
+def _around(service: Checkpoints, tool_call_id: str | None,
+            turn_id: str | None) -> tuple[str, str | None]:
+    """The oldest and newest checkpoint of this root (any session) with that tool call or
+    turn id; one alone: it and the working tree (said on stderr). None: exit 3."""
+    from ckpt.checkpoints import NothingMatched
+
+    what = f"tool call {tool_call_id}" if tool_call_id is not None else f"turn {turn_id}"
+    records = service.history(all_sessions=True, tool_call_id=tool_call_id, turn_id=turn_id)
+    if not records:
+        raise NothingMatched(f"no checkpoint on this root with {what}")
+    if len(records) == 1:
+        click.echo(f"ckpt: note: only {records[0].id} has {what}: diffing it against the "
+                   "working tree", err=True)
+        return records[0].id, None
+    return records[0].id, records[-1].id
+
+
+def _warn_not_captured(path: bytes, reason: str | None) -> None:
+    click.echo(f"ckpt: warning: not captured: {display_path(path)} ({reason})", err=True)
+
+
 @click.command(epilog="""\b
 Examples:
   ckpt diff ckpt-1764433022123-q7x2m9ta         # checkpoint vs the working tree
   ckpt diff ckpt-17644330221 ckpt-1764433099812-3bd0kfzw   # between two checkpoints
+  ckpt diff latest~1 latest -p                  # the last change as a patch
+  ckpt diff --tool-call call_42 --stat          # what tool call call_42 changed
+  ckpt diff ckpt-17644 --exit-code --name-only || echo changed
 \b
 A added  D deleted  M modified (content or exec bit)  T type changed (file <-> symlink)
 S not captured (too large, special, unreadable; the reason follows the path)
 """)
-@_checkpoint_id("id")
+@_checkpoint_id("id", required=False)
 @_checkpoint_id("id2", required=False)
+@click.option("-p", "--patch", "as_patch", is_flag=True,
+              help="Print a unified patch, as git diff does (binary files named as such).")
+@click.option("--stat", "as_stat", is_flag=True,
+              help="Print git's --stat summary (with --patch: before the patch).")
+@click.option("--name-only", is_flag=True, help="Print the changed paths only.")
+@click.option("--exit-code", is_flag=True,
+              help="Exit 1 when anything differs, 0 when nothing does (as git diff).")
+@click.option("--tool-call", "tool_call_id", metavar="C", callback=text_callback,
+              help="Diff the first and last checkpoint of tool call C (this root).")
+@click.option("--turn", "turn_id", metavar="T", callback=text_callback,
+              help="Diff the first and last checkpoint of turn T (this root).")
 @json_option
 @pass_state
-def diff(state: State, id: str, id2: str | None, as_json: bool) -> None:  # noqa: A002
-    """Show what changed from checkpoint ID to the working tree (or to checkpoint ID2)."""
+def diff(state: State, id: str | None, id2: str | None, as_patch: bool,  # noqa: A002
+         as_stat: bool, name_only: bool, exit_code: bool, tool_call_id: str | None,
+         turn_id: str | None, as_json: bool) -> None:
+    """Show what changed from checkpoint ID to the working tree (or to checkpoint ID2).
+
+    With --tool-call C or --turn T instead of IDs: from the first to the last checkpoint
+    of this root with that id (any session); one alone is diffed against the working tree.
+    """
+    from ckpt.cli.errors import DIFFERENCES
+
+    picked = [name for name, given in (("ID", id is not None), ("--tool-call", tool_call_id
+              is not None), ("--turn", turn_id is not None)) if given]
+    if len(picked) != 1:
+        raise click.UsageError("give a checkpoint ID, --tool-call C or --turn T"
+                               if not picked else f"{' and '.join(picked)} exclude each other")
+    if name_only and (as_patch or as_stat):
+        raise click.UsageError("--name-only excludes --patch and --stat")
+    if as_json and (as_stat or name_only):
+        raise click.UsageError("--json takes --patch, not --stat or --name-only")
     service = state.open()
+    if id is None:
+        id, id2 = _around(service, tool_call_id, turn_id)  # noqa: A001
     if id2 is not None:
         warn_restore_pending(service)
-    with state.progress() as progress:
-        if id2 is None and progress is not None and _accepts_progress(service.diff):
-            changes = service.diff(id, None, progress=progress)  # type: ignore[call-arg]
-        else:
-            changes = service.diff(id, id2)
-    if as_json:
-        write_json([{"path": path_text(c.path), "change": c.change}
-                    | ({"reason": c.reason} if c.reason is not None else {}) for c in changes])
+    if as_patch or as_stat:
+        patches = service.patch(id, id2)
+        _print_patches(patches, as_patch=as_patch, as_stat=as_stat, as_json=as_json)
+        differ = bool(patches)
     else:
-        write_lines(f"{c.change} {display_path(c.path)}"
-                    + (f" ({c.reason})" if c.reason is not None else "") for c in changes)
+        with state.progress() as progress:
+            if id2 is None and progress is not None and _accepts_progress(service.diff):
+                changes = service.diff(id, None, progress=progress)  # type: ignore[call-arg]
+            else:
+                changes = service.diff(id, id2)
+        if as_json:
+            write_json([{"path": path_text(c.path), "change": c.change}
+                        | ({"reason": c.reason} if c.reason is not None else {})
+                        for c in changes])
+        elif name_only:
+            write_lines(display_path(c.path) for c in changes)
+        else:
+            write_lines(f"{c.change} {display_path(c.path)}"
+                        + (f" ({c.reason})" if c.reason is not None else "") for c in changes)
+        differ = bool(changes)
+    if exit_code and differ:
+        raise click.exceptions.Exit(DIFFERENCES)
+
+
+def _print_patches(patches: list[FilePatch], *, as_patch: bool, as_stat: bool,
+                   as_json: bool) -> None:
+    if as_json:
+        write_json([{"path": path_text(p.path), "change": p.change}
+                    | ({"reason": p.reason} if p.reason is not None else {})
+                    | {"patch": None if p.change == "S"
+                       else p.text.decode("utf-8", "surrogateescape"),
+                       "binary": p.binary, "insertions": p.insertions,
+                       "deletions": p.deletions}
+                    for p in patches])
+        return
+    for p in patches:
+        if p.change == "S":
+            _warn_not_captured(p.path, p.reason)
+    shown = [p for p in patches if p.change != "S"]
+    if as_stat:
+        import shutil
+
+        rows = [StatRow(display_path(p.path), p.insertions, p.deletions, p.binary,
+                        p.old_size, p.new_size) for p in shown]
+        lines = diff_stat(rows, shutil.get_terminal_size((80, 24)).columns)
+        write_lines(lines + ([""] if as_patch and lines else []))
+    if as_patch:
+        stdout = sys.stdout.buffer
+        for p in shown:
+            stdout.write(p.text)
+        stdout.flush()
 
 
 class _Base64Writer:

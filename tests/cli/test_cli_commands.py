@@ -116,15 +116,16 @@ def test_list_is_an_aligned_table_oldest_first(initialized: Path, ckpt_in: CkptI
     run = ckpt_in("list")
     assert run.code == 0 and run.stderr == ""
     lines = run.stdout.splitlines()
-    assert lines[0].split() == ["id", "created", "(UTC)", "reason", "turn", "label", "files",
-                                "changed"]
+    assert lines[0].split() == ["id", "created", "(UTC)", "age", "reason", "turn", "label",
+                                "files", "changed"]
     assert lines[1].startswith(a) and lines[2].startswith(b)
     cells = [re.split(r"\s{2,}", line) for line in lines[1:]]
     assert cells[0][0] == a and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", cells[0][1])
-    assert cells[0][2:] == ["pre-tool", "1", "one", "3", "3"]
+    assert re.fullmatch(r"just now|\d+ s ago", cells[0][2])
+    assert cells[0][3:] == ["pre-tool", "1", "one", "3", "3"]
     # "changed" counts files read again: at least the edited one (racy files are re-read too)
-    assert cells[1][0] == b and cells[1][2:5] == ["-", "2", "two"] and cells[1][5] == "3"
-    assert 1 <= int(cells[1][6]) <= 3
+    assert cells[1][0] == b and cells[1][3:6] == ["-", "2", "two"] and cells[1][6] == "3"
+    assert 1 <= int(cells[1][7]) <= 3
     # numbers are right-aligned under their header
     end = lines[0].index("files") + len("files")
     assert all(line[end - 1].isdigit() and line[end] == " " for line in lines[1:])
@@ -139,7 +140,7 @@ def test_list_filters_and_all_sessions(initialized: Path, ckpt_in: CkptIn) -> No
     assert all(s2 not in line for line in ckpt_in("list").stdout.splitlines())
     every = ckpt_in("list", "--all-sessions")
     header = every.stdout.splitlines()[0].split()
-    assert header[3] == "session"
+    assert header[4] == "session"
     assert any(line.startswith(s2) and " s2 " in line for line in every.stdout.splitlines())
 
 

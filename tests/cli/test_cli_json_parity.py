@@ -100,13 +100,18 @@ def test_list_json_holds_every_column_and_changed_counts_changes(history: dict[s
                                                                  ckpt_in: CkptIn) -> None:
     lines, docs = both(ckpt_in, "list")
     header = re.split(r"\s{2,}", lines[0])
-    assert header == ["id", "created (UTC)", "reason", "turn", "label", "files", "changed"]
+    # reason, turn and tool_call are shown when some checkpoint has one
+    shown = [title for title, key in (("reason", "reason"), ("turn", "turn_id"),
+                                      ("tool_call", "tool_call_id")) if any(d[key] for d in docs)]
+    assert header == ["id", "created (UTC)", "age", *shown, "label", "files", "changed"]
     assert len(lines) - 1 == len(docs) == 4  # a, b, the checkpoint `track` took, c
     for line, doc in zip(lines[1:], docs):
         cells = re.split(r"\s{2,}", line.strip())
-        assert cells == [doc["id"], when(doc["created_at"]), doc["reason"] or "-",
-                         doc["turn_id"] or "-", doc["label"] or "-", str(doc["stats"]["files"]),
-                         "-" if doc["changed"] is None else str(doc["changed"])]
+        optional = [doc[key] or "-" for key in ("reason", "turn_id", "tool_call_id")
+                    if any(d[key] for d in docs)]
+        assert cells[:2] + cells[3:] == [doc["id"], when(doc["created_at"]), *optional,
+                                         doc["label"] or "-", str(doc["stats"]["files"]),
+                                         "-" if doc["changed"] is None else str(doc["changed"])]
     changed = {doc["id"]: doc["changed"] for doc in docs if doc["reason"] != "track"}
     # A: every file is new; B: a.txt, though `diff` had read it; C: a.txt within its paths.
     assert changed == {history["a"]: docs[0]["stats"]["files"], history["b"]: 1,
