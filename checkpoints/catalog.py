@@ -550,6 +550,36 @@ class Catalog:
         with self._guard():
             return self._records(sql, (record.session, os.fsencode(record.root), us, us, record.id))
 
+    def steps_back(self, record: CheckpointRecord, steps: int) -> CheckpointRecord | None:
+        """The record `steps` before `record` in its session's history on its root (history
+        order, as `later_than`); None when the timeline is shorter (refs.py: `ID~N`)."""
+        if steps <= 0:
+            return record
+        us = to_us(record.created_at)
+        sql = (f"{self.select} WHERE session = ? AND root = ? AND "
+               "(created_us < ? OR (created_us = ? AND id < ?)) "
+               "ORDER BY created_us DESC, id DESC LIMIT 1 OFFSET ?")
+        with self._guard():
+            found = self._records(sql, (record.session, os.fsencode(record.root), us, us,
+                                        record.id, steps - 1))
+        return found[0] if found else None
+
+    def timeline_length(self, *, session: str, root: str) -> int:
+        """How many records `session` has on `root`."""
+        with self._guard():
+            return int(self._conn.execute(
+                "SELECT count(*) FROM checkpoints WHERE session = ? AND root = ?",
+                (session, os.fsencode(root))).fetchone()[0])
+
+    def undone(self, root: str) -> set[str]:
+        """The pre-restore checkpoints of `root` an undo restored: what the metadata key
+        `undo_of` of its checkpoints names (any session)."""
+        with self._guard():
+            rows = self._conn.execute(
+                "SELECT json_extract(metadata, '$.undo_of') FROM checkpoints WHERE root = ? "
+                "AND json_type(metadata, '$.undo_of') = 'text'", (os.fsencode(root),))
+            return {str(row[0]) for row in rows}
+
     def delete_checkpoints(self, ids: Sequence[str], *, event: Event | None = None) -> None:
         """Delete these records (ids not present are ignored) and add `event`, in one txn.
         Their record files go first, inside the transaction: a pruned checkpoint never comes
@@ -703,6 +733,32 @@ class Catalog:
             rows = self._conn.execute(sql, params).fetchall()
         rows.reverse()
         return [self._parse_event(row) for row in rows]
+
+    def events_after(self, seq: int, *, session: str | None = None,
+                     type: str | None = None,  # noqa: A002
+                     limit: int | None = None) -> tuple[list[Event], int]:
+        """The matching events added after event number `seq` (insertion order; `limit`
+        keeps the newest), and the number of the last event of the table when read: the
+        `seq` of the next call, so an event is never told twice (`events --follow`)."""
+        where: list[str] = ["seq > ?", "seq <= ?"]
+        params: list[Any] = [seq]
+        with self._guard():
+            row = self._conn.execute("SELECT max(seq) FROM events").fetchone()
+            last = int(row[0]) if row and row[0] is not None else 0
+            params.append(last)
+            for column, value in (("session", session), ("type", type)):
+                if value is not None:
+                    where.append(f"{column} = ?")
+                    params.append(value)
+            sql = ("SELECT seq, type, at_us, session, data FROM events WHERE "
+                   + " AND ".join(where) + " ORDER BY seq DESC")
+            if limit is not None:
+                if limit < 0:
+                    raise ValueError(f"limit must be >= 0, not {limit}")
+                sql += f" LIMIT {int(limit)}"
+            rows = self._conn.execute(sql, params).fetchall()
+        rows.reverse()
+        return [self._parse_event(r) for r in rows], max(last, seq)
 
     def _parse_event(self, row: Sequence[Any]) -> Event:
         seq, type_, at_us, session, data = row

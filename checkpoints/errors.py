@@ -64,14 +64,17 @@ class NotInitialized(CheckpointError):
 
 
 class UnknownCheckpoint(CheckpointError, KeyError):
-    """No checkpoint has this id or id prefix."""
+    """No checkpoint has this id, id prefix or ref (`latest~9`); `detail` says why, where
+    more than "none has it" can be said ("the session has 5 checkpoints on this root")."""
 
-    def __init__(self, ref: str) -> None:
+    def __init__(self, ref: str, detail: str | None = None) -> None:
         super().__init__(ref)
         self.ref = ref
+        self.detail = detail
 
     def __str__(self) -> str:
-        return f"unknown checkpoint: {display_text(self.ref)}"
+        detail = f": {display_text(self.detail)}" if self.detail else ""
+        return f"unknown checkpoint: {display_text(self.ref)}{detail}"
 
 
 class PathNotInCheckpoint(UnknownCheckpoint):
@@ -136,6 +139,45 @@ class NothingMatched(CheckpointError):
 
     def __str__(self) -> str:
         return f"nothing matched: {display_text(self.what)}"
+
+
+class NothingToUndo(NothingMatched):
+    """`undo` found no restore of this root left to undo (every pre-restore checkpoint is
+    undone already, or there never was one)."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(f"no restore of {root} is left to undo")
+        self.root = root
+
+    def __str__(self) -> str:
+        return f"nothing to undo: {display_text(self.what)}"
+
+
+class TargetRefused(CheckpointError, ValueError):
+    """`RestoreOptions.target` names a directory a restore must not write into: not empty,
+    not a directory, or inside a ckpt store."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(path, reason)
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"cannot restore into {display_text(self.path)}: {display_text(self.reason)}"
+
+
+class CheckpointInUse(CheckpointError):
+    """A checkpoint cannot be forgotten: the journal of a killed restore of `root` needs it
+    (as its target or its pre-restore save) to complete or undo that restore."""
+
+    def __init__(self, checkpoint: str, root: str) -> None:
+        super().__init__(checkpoint, root)
+        self.checkpoint = checkpoint
+        self.root = root
+
+    def __str__(self) -> str:
+        return (f"checkpoint {display_text(self.checkpoint)} is needed by the interrupted "
+                f"restore of {display_text(self.root)} ('ckpt recover' there completes it)")
 
 
 class RestoreIncomplete(CheckpointError):

@@ -18,7 +18,12 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ckpt.checkpoints import reserve
-from ckpt.checkpoints.errors import CatalogCorrupt, PruneIncomplete, display_text
+from ckpt.checkpoints.errors import (
+    CatalogCorrupt,
+    CheckpointInUse,
+    PruneIncomplete,
+    display_text,
+)
 from ckpt.checkpoints.journal import RestoreIntent, decode_intent, read_intent
 from ckpt.checkpoints.lock import RootLock
 from ckpt.checkpoints.model import Event
@@ -32,7 +37,15 @@ from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.local import remove_if_older
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints.reports import CheckReport, GcReport, HeldBack, PruneReport, StoreStats
+    from ckpt.checkpoints.model import CheckpointRecord
+    from ckpt.checkpoints.reports import (
+        CheckReport,
+        ForgetReport,
+        GcReport,
+        HeldBack,
+        PruneReport,
+        StoreStats,
+    )
     from ckpt.objstore import ObjectId
 
 # (where, what): a damaged file found by fsck
@@ -80,6 +93,45 @@ class Maintenance:
         except Exception as exc:  # the records are gone: say so, never just "failed"
             raise PruneIncomplete(PruneReport(ids, 0, 0), exc) from exc
         return PruneReport(ids, report.objects_removed, report.bytes_freed, gc=report)
+
+    def forget(self, records: Sequence[CheckpointRecord], *, dry_run: bool) -> ForgetReport:
+        """Drop these checkpoints (resolved by the caller, so an unknown one removed none)
+        as a prune does, with one `checkpoint:prune` event of cause `forget`; no gc. Refused
+        (CheckpointInUse, nothing removed) for one that the journal of a killed restore of
+        any root names, as its target or its pre-restore save."""
+        from ckpt.checkpoints.reports import ForgetReport  # noqa: PLC0415 (lazy: see the module)
+
+        ws = self._ws
+        ids = tuple(dict.fromkeys(r.id for r in records))
+        needed = self._journal_needs()
+        for checkpoint_id in ids:
+            if checkpoint_id in needed:
+                raise CheckpointInUse(checkpoint_id, needed[checkpoint_id])
+        if dry_run or not ids:
+            return ForgetReport(ids, dry_run)
+        reserve.release(ws.store_dir)  # room for the catalog write on a nearly full disk
+        try:
+            ws.drop(ids, reason="forget")
+        finally:
+            reserve.replenish(ws.store_dir)
+        return ForgetReport(ids)
+
+    def _journal_needs(self) -> dict[str, str]:
+        """checkpoint id -> the root whose restore journal names it (target or pre-restore).
+        A journal that cannot be decoded raises: forgetting must not guess."""
+        ws = self._ws
+        needs: dict[str, str] = {}
+        for root, data in ws.catalog.restore_journals():
+            intent = decode_intent(data, ws.catalog.path, root)
+            for checkpoint_id in (intent.checkpoint, intent.pre_restore):
+                if checkpoint_id is not None:
+                    needs[checkpoint_id] = os.fsdecode(root)
+        old = read_intent(ws.journal_path)  # an older ckpt's journal file of this root
+        if old is not None:
+            for checkpoint_id in (old.checkpoint, old.pre_restore):
+                if checkpoint_id is not None:
+                    needs[checkpoint_id] = ws.root
+        return needs
 
     def gc(self, *, dry_run: bool, grace_seconds: float | None) -> GcReport:
         """Collect what no checkpoint needs, past the grace period. What frees space without

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ckpt.checkpoints.diff import Change
-from ckpt.checkpoints.model import SkippedPath, format_time
+from ckpt.checkpoints.model import CheckpointRecord, SkippedPath, format_time
 from ckpt.checkpoints.paths import RelPath
 from ckpt.checkpoints.plan import RestorePlan
 from ckpt.objstore import EntryKind, ObjectId
@@ -45,7 +45,9 @@ class RestoreReport:
     """What a restore did (or, `dry_run`, would do). `conflicts`: the paths it left as they
     were (a partial restore); `not_captured`: paths the scan before it did not capture (too
     large, unreadable, ...), kept as they are; `later_tracked`: paths first tracked after a
-    tracked-scope target, restored to their earliest recorded state (docs/DESIGN.md)."""
+    tracked-scope target, restored to their earliest recorded state (docs/DESIGN.md);
+    `undid`: the pre-restore checkpoint an `undo` restored; `target`: the directory a restore
+    into another one wrote (None: the workspace)."""
 
     id: str
     written: int
@@ -62,6 +64,8 @@ class RestoreReport:
     duration_ms: int = 0
     not_captured: tuple[SkippedPath, ...] = ()
     later_tracked: tuple[RelPath, ...] = ()
+    undid: str | None = None
+    target: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -73,6 +77,7 @@ class RestoreReport:
             "not_captured": [{"path": os.fsdecode(s.path), "reason": s.reason}
                              for s in self.not_captured],
             "later_tracked": [os.fsdecode(p) for p in self.later_tracked],
+            "undid": self.undid, "target": self.target,
         }
 
 
@@ -154,6 +159,37 @@ class PruneReport:
         return {"removed": list(self.removed), "objects_removed": self.objects_removed,
                 "bytes_freed": self.bytes_freed, "dry_run": self.dry_run,
                 "gc": self.gc.to_json() if self.gc else None}
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetReport:
+    """The checkpoints a `forget` removed (or, `dry_run`, would remove); gc frees their
+    objects later, as after a prune."""
+
+    removed: tuple[str, ...]
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"removed": list(self.removed), "dry_run": self.dry_run}
+
+
+@dataclass(frozen=True, slots=True)
+class PathChange:
+    """One checkpoint where the entry at a path differs from the checkpoint before it
+    (`Checkpoints.path_log`): `change` is A (appeared), M (content, mode or link target;
+    a directory: anything below it), D (gone) or T (type: file, symlink, directory);
+    `kind` and `size` are the entry's at `record` (None once it is gone)."""
+
+    record: CheckpointRecord
+    change: str
+    kind: str | None
+    size: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.record
+        return {"id": r.id, "created_at": format_time(r.created_at), "session": r.session,
+                "change": self.change, "kind": self.kind, "size": self.size,
+                "reason": r.reason, "turn_id": r.turn_id, "tool_call_id": r.tool_call_id}
 
 
 @dataclass(frozen=True, slots=True)

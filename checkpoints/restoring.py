@@ -25,15 +25,16 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ckpt.checkpoints.errors import (
     CatalogCorrupt,
     CheckpointError,
     NothingMatched,
+    NothingToUndo,
     RestoreIncomplete,
     UnknownCheckpoint,
 )
@@ -47,6 +48,7 @@ from ckpt.checkpoints.journal import (
 )
 from ckpt.checkpoints.model import CheckpointRecord, Event, SkippedPath
 from ckpt.checkpoints.paths import RelPath
+from ckpt.checkpoints.refs import resolve_ref
 from ckpt.checkpoints.reports import RestoreConflict, RestoreReport
 from ckpt.checkpoints.scan import ProgressFn
 from ckpt.checkpoints.statcache import StatCache, leaf_counts
@@ -78,6 +80,11 @@ class RestoreOptions:
 
     `paths` limits the restore to those paths (relative to the root, or absolute inside it);
     empty means the checkpoint's whole scope. A list is accepted and kept as a tuple.
+    `target` materializes the checkpoint into that directory (absent or empty, outside every
+    store) instead of the workspace, which is left untouched: nothing is saved first, no
+    journal is written and the root's stat cache stays as it is (restore_into.py).
+    `save_metadata` goes into the metadata of the pre-restore save (`undo` marks its save
+    with `undo_of`).
     """
 
     save: bool = True  # save the current state first as a "pre-restore" checkpoint (the undo)
@@ -86,6 +93,8 @@ class RestoreOptions:
     dry_run: bool = False  # plan only: the report says what would change; nothing is written
     paths: Sequence[str | bytes] = ()
     from_other_root: bool = False  # allow a checkpoint of another workspace root (identity.py)
+    target: str | None = None  # another directory to materialize the checkpoint into
+    save_metadata: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.paths, tuple):
@@ -104,7 +113,7 @@ class Restorer:
         """The target and the paths to restore (None: its whole scope), checked before any
         lock is taken: a path that names nothing in the target or the workspace is refused."""
         ws = self._ws
-        target = ws.catalog.resolve(ref)
+        target = resolve_ref(ws.catalog, ref, session=ws.session, root=ws.root)
         if target.root != ws.root and not options.from_other_root:  # identity: 28.11
             raise ForeignCheckpoint(target.id, ws.root, target.root)
         if not options.paths:
@@ -116,8 +125,21 @@ class Restorer:
             raise NothingMatched(f"--path {shown} matches nothing in {target.id} or the workspace")
         return target, only
 
+    def undo_candidate(self) -> CheckpointRecord:
+        """The pre-restore checkpoint `undo` restores: the newest of this root (any session)
+        that no undo restored yet and that is no undo's own save (those name what they undid
+        in `undo_of`, so repeated undos walk back). NothingToUndo when none is left."""
+        ws = self._ws
+        undone = ws.catalog.undone(ws.root)
+        for record in reversed(ws.catalog.history(session=None, reason="pre-restore",
+                                                  root=ws.root)):
+            if record.id not in undone and "undo_of" not in record.metadata:
+                return record
+        raise NothingToUndo(ws.root)
+
     def restore(self, locked: LockedRoot, target: CheckpointRecord, only: tuple[RelPath, ...] | None,
-                options: RestoreOptions, progress: ProgressFn | None, started: float) -> RestoreReport:
+                options: RestoreOptions, progress: ProgressFn | None, started: float,
+                *, undid: str | None = None) -> RestoreReport:
         ws = self._ws
         # A tracked-scope target also covers the paths first tracked after it (their trees
         # are made durable by the scan's sync, before the journal names them).
@@ -130,7 +152,8 @@ class Restorer:
             pre, pre_event = ws.scan_record(
                 locked, covered, progress,
                 label=f"before restore to {target.id}", reason="pre-restore", turn_id=None,
-                message_id=None, tool_call_id=None, summary=None, metadata={})
+                message_id=None, tool_call_id=None, summary=None,
+                metadata={**_paths_metadata(only), **(options.save_metadata or {})})
             current, skipped = pre.tree, pre.skipped
         else:
             seen = ws.scan(locked, covered, progress)
@@ -145,7 +168,7 @@ class Restorer:
         plan = self._plan(locked, intent, current)
         found = _found(intent, target, skipped)
         if options.dry_run:
-            return _dry_run_report(target, plan, found, started)
+            return dry_run_report(target, plan, found, started, undid=undid)
         # Nothing to write needs no journal. The journal and the pre-restore save go in one
         # transaction (one fsync), before anything is staged or applied; the cap must not
         # evict the very checkpoint being restored to.
@@ -162,7 +185,7 @@ class Restorer:
             ws.catalog.journal_restore(ws.root_key, journal)
         if journal is not None:
             logger.debug("journal opened for %s (pre-restore %s)", target.id, intent.pre_restore)
-        return self._execute(locked, intent, target, plan, found, started, progress)
+        return self._execute(locked, intent, target, plan, found, started, progress, undid=undid)
 
     def _revert_scope(self, target: CheckpointRecord) -> RevertScope | None:
         """The paths first tracked after a tracked-scope `target` (tracked_revert.py)."""
@@ -203,8 +226,8 @@ class Restorer:
         return ws.root_b + b"/" + os.fsencode(WORKSPACE_STAGING_PREFIX + token)
 
     def _execute(self, locked: LockedRoot, intent: RestoreIntent, target: CheckpointRecord,
-                 plan: RestorePlan, found: _Found, started: float, progress: ProgressFn | None,
-                 *, resuming: bool = False) -> RestoreReport:
+                 plan: RestorePlan, found: Found, started: float, progress: ProgressFn | None,
+                 *, resuming: bool = False, undid: str | None = None) -> RestoreReport:
         from ckpt.checkpoints.restore import ApplyReport, describe_conflicts  # noqa: PLC0415 (lazy: see the module)
 
         ws = self._ws
@@ -219,8 +242,9 @@ class Restorer:
             if later:
                 ws.drop(later, reason="discard-later")
             discarded = tuple(later)
-        report = _report(target, plan, applied, intent.pre_restore, discarded, found, started)
-        event = _restore_event(ws, report) if intent.record_event else None
+        report = restore_report(target, plan, applied, intent.pre_restore, discarded, found,
+                                started, undid=undid)
+        event = restore_event(ws, report) if intent.record_event else None
         ws.catalog.end_restore(ws.root_key, event=event)
         logger.debug("journal closed, restore to %s done: %d written, %d deleted, %d conflicts, %d discarded",
                      target.id, report.written, report.deleted, len(report.conflicts),
@@ -441,18 +465,44 @@ def _cannot_complete(root: bytes, tree: ObjectId, why: str) -> str:
             "leaving the workspace as it is)")
 
 
-def _restore_event(ws: Workspace, report: RestoreReport) -> Event:
+def restore_event(ws: Workspace, report: RestoreReport) -> Event:
+    """The `checkpoint:restore` event of `report` (`target`: the directory of a restore into
+    another one; `undid`: the pre-restore checkpoint an undo restored)."""
     return Event("checkpoint:restore", ws.clock(), ws.session, {
         "id": report.id, "written": report.written, "deleted": report.deleted,
         "dirs_created": report.dirs_created, "dirs_removed": report.dirs_removed,
         "unchanged": report.unchanged, "bytes_written": report.bytes_written,
         "pre_restore": report.pre_restore, "discarded": list(report.discarded),
         "duration_ms": report.duration_ms, "conflicts": len(report.conflicts),
+        "target": report.target, "undid": report.undid,
     })
 
 
+def _paths_metadata(only: tuple[RelPath, ...] | None) -> dict[str, Any]:
+    """What the pre-restore save of a restore of some paths records of them, so that `undo`
+    puts back those paths only: `restore_paths` (text), or `restore_paths_hex` where one
+    is not UTF-8 (metadata is JSON text)."""
+    if not only:
+        return {}
+    try:
+        return {"restore_paths": [p.decode("utf-8") for p in only]}
+    except UnicodeDecodeError:
+        return {"restore_paths_hex": [p.hex() for p in only]}
+
+
+def restored_paths(record: CheckpointRecord) -> tuple[bytes, ...]:
+    """The paths a pre-restore save's restore was limited to (none: its whole scope)."""
+    text = record.metadata.get("restore_paths")
+    if isinstance(text, (list, tuple)):
+        return tuple(str(p).encode("utf-8") for p in text)
+    hexed = record.metadata.get("restore_paths_hex")
+    if isinstance(hexed, (list, tuple)):
+        return tuple(bytes.fromhex(str(p)) for p in hexed)
+    return ()
+
+
 @dataclass(frozen=True, slots=True)
-class _Found:
+class Found:
     """What a restore reports beside its counts, known before it applies anything."""
 
     not_captured: tuple[SkippedPath, ...]  # by the scan before it: kept as they are
@@ -460,7 +510,7 @@ class _Found:
 
 
 def _found(intent: RestoreIntent, target: CheckpointRecord,
-           skipped: Sequence[SkippedPath]) -> _Found:
+           skipped: Sequence[SkippedPath]) -> Found:
     """The paths of the restore's selection (`intent.only`, if any) the scan did not capture,
     and the covered paths the target itself does not (tracked_revert.py)."""
 
@@ -472,11 +522,12 @@ def _found(intent: RestoreIntent, target: CheckpointRecord,
     own = set(target.paths)
     later = (tuple(p for p in intent.covered if p not in own and selected(p))
              if intent.scope == "paths" else ())
-    return _Found(tuple(s for s in skipped if selected(s.path)), later)
+    return Found(tuple(s for s in skipped if selected(s.path)), later)
 
 
-def _dry_run_report(target: CheckpointRecord, plan: RestorePlan, found: _Found,
-                    started: float) -> RestoreReport:
+def dry_run_report(target: CheckpointRecord, plan: RestorePlan, found: Found,
+                    started: float, *, undid: str | None = None,
+                    into: str | None = None) -> RestoreReport:
     """What the plan would do, counted as a restore that applied it would report."""
     removals = plan.removals + plan.pre_removals
     dirs_removed = sum(1 for r in removals if r.kind is EntryKind.TREE)
@@ -484,13 +535,16 @@ def _dry_run_report(target: CheckpointRecord, plan: RestorePlan, found: _Found,
                          len(removals) - dirs_removed, len(plan.mkdirs), dirs_removed,
                          plan.unchanged, plan.bytes_to_write, None, (), True, plan,
                          duration_ms=ms(time.monotonic() - started),
-                         not_captured=found.not_captured, later_tracked=found.later_tracked)
+                         not_captured=found.not_captured, later_tracked=found.later_tracked,
+                         undid=undid, target=into)
 
 
-def _report(target: CheckpointRecord, plan: RestorePlan, applied: ApplyReport, pre: str | None,
-            discarded: tuple[str, ...], found: _Found, started: float) -> RestoreReport:
+def restore_report(target: CheckpointRecord, plan: RestorePlan, applied: ApplyReport,
+                   pre: str | None, discarded: tuple[str, ...], found: Found, started: float, *,
+                   undid: str | None = None, into: str | None = None) -> RestoreReport:
     return RestoreReport(target.id, applied.written + applied.chmods, applied.deleted,
                          applied.dirs_created, applied.dirs_removed, plan.unchanged,
                          applied.bytes_written, pre, discarded, False, plan,
                          tuple(RestoreConflict(path, why) for path, why in applied.conflicts),
-                         ms(time.monotonic() - started), found.not_captured, found.later_tracked)
+                         ms(time.monotonic() - started), found.not_captured, found.later_tracked,
+                         undid=undid, target=into)

@@ -58,7 +58,9 @@ if TYPE_CHECKING:
         AbandonedRestore,
         CheckReport,
         FileEntry,
+        ForgetReport,
         GcReport,
+        PathChange,
         PruneReport,
         RestoreReport,
         StoreStats,
@@ -325,8 +327,33 @@ class Checkpoints:
                 os.path.join(cwd, os.fsdecode(p)) for p in options.paths))
         target, only = self._restorer.resolve(ref, options)
         started = time.monotonic()
+        if options.target is not None:
+            from ckpt.checkpoints.restore_into import restore_into  # noqa: PLC0415 (see above)
+
+            self.settle()
+            dest = os.path.join(cwd, options.target) if cwd is not None else options.target
+            return restore_into(self._ws, target, only, os.path.abspath(dest),
+                                dry_run=options.dry_run, record_event=options.record_event,
+                                progress=progress, started=started)
         with self._writing("restore") as locked:
             return self._restorer.restore(locked, target, only, options, progress, started)
+
+    def undo(self, *, dry_run: bool = False, progress: ProgressFn | None = None) -> RestoreReport:
+        """Undo the last restore of this root: restore the newest pre-restore checkpoint of
+        the root (any session) that no undo restored yet, saving the current state first as
+        a pre-restore checkpoint whose metadata `undo_of` names it. Restoring that save (the
+        report's `pre_restore`) redoes; another undo walks further back. A restore of some
+        paths is undone for those paths only. NothingToUndo when no restore is left."""
+        from ckpt.checkpoints.restoring import RestoreOptions, restored_paths  # noqa: PLC0415 (see above)
+
+        started = time.monotonic()
+        with self._writing("undo") as locked:
+            pre = self._restorer.undo_candidate()
+            options = RestoreOptions(dry_run=dry_run, paths=restored_paths(pre),
+                                     save_metadata={"undo_of": pre.id})
+            target, only = self._restorer.resolve(pre.id, options)
+            return self._restorer.restore(locked, target, only, options, progress, started,
+                                          undid=pre.id)
 
     def recover(self) -> RestoreReport | None:
         """Complete a restore that was killed; None when there was nothing to complete."""
@@ -358,6 +385,16 @@ class Checkpoints:
                all_sessions: bool = False) -> builtins.list[Event]:
         return self.catalog.events(session=None if all_sessions else self.session, type=type, limit=limit)
 
+    def events_after(self, cursor: int, *, type: str | None = None,  # noqa: A002
+                     limit: int | None = None,
+                     all_sessions: bool = False) -> tuple[builtins.list[Event], int]:
+        """The events recorded after `cursor` (0: from the first), in the order they were
+        recorded (`limit`: only the newest), and the cursor of the next call: following the
+        events (`ckpt events --follow`) is calling this again and again, each event told
+        once."""
+        return self.catalog.events_after(cursor, session=None if all_sessions else self.session,
+                                         type=type, limit=limit)
+
     def tracked(self) -> tuple[RelPath, ...]:
         return self.catalog.tracked(self.session)
 
@@ -388,8 +425,16 @@ class Checkpoints:
 
     # -- queries -------------------------------------------------------------------------
 
+    def resolve(self, ref: str) -> CheckpointRecord:
+        """The checkpoint `ref` names: `latest`, `latest~N`, `ID~N`, an id or a unique
+        prefix of one (refs.py; `~N`: N steps back in the session's history on the root).
+        UnknownCheckpoint (saying how far the history goes) or AmbiguousCheckpoint."""
+        from ckpt.checkpoints.refs import resolve_ref  # noqa: PLC0415 (only here)
+
+        return resolve_ref(self.catalog, ref, session=self.session, root=self.root)
+
     def get(self, ref: str) -> CheckpointRecord:
-        return self.catalog.resolve(ref)
+        return self.resolve(ref)
 
     def history(self, *, turn_id: str | None = None, reason: str | None = None,
                 all_sessions: bool = False, all_roots: bool = False,
@@ -429,6 +474,17 @@ class Checkpoints:
                 elif entry.kind is EntryKind.TREE and entry.oid is not None:
                     yield from walk(entry.oid, path)
         return builtins.list(walk(self.get(ref).tree, None))
+
+    def path_log(self, path: str | bytes, *, all_sessions: bool = False,
+                 cwd: str | None = None) -> builtins.list[PathChange]:
+        """The checkpoints of the session on this root (`all_sessions`: of every session),
+        oldest first, where the entry at `path` differs from the checkpoint before: added,
+        modified, deleted or changed in type (a directory: anything below it). Relative to
+        the root, or to `cwd` when given. Read-only."""
+        from ckpt.checkpoints.pathlog import path_changes  # noqa: PLC0415 (only here)
+
+        rel = self._ws.user_rel(path, cwd)
+        return path_changes(self.objects.get_tree, self.history(all_sessions=all_sessions), rel)
 
     def changed(self, record: CheckpointRecord) -> int | None:
         """How many files `record` added, deleted or modified since its parent (the session's
@@ -535,6 +591,14 @@ class Checkpoints:
     def fsck(self, *, full: bool = False) -> CheckReport:
         self.settle()
         return self._maintenance.fsck(full=full)
+
+    def forget(self, *refs: str, dry_run: bool = False) -> ForgetReport:
+        """Drop the checkpoints `refs` name, as a prune would (their objects are freed by the
+        next gc). All are resolved first: an unknown or ambiguous one removes none; so does
+        one that the journal of a killed restore needs (CheckpointInUse)."""
+        self.settle()
+        records = [self.resolve(ref) for ref in refs]
+        return self._maintenance.forget(records, dry_run=dry_run)
 
     def stats(self) -> StoreStats:
         return self._maintenance.stats()

@@ -94,7 +94,9 @@ def _unknown_checkpoint(exc: Any) -> Failure:
     if path is not None:
         return Failure(USER_ERROR, f"no file {show(path)} in checkpoint {show(ref)}",
                        f"'ckpt show {show(ref)}' lists its files")
-    return Failure(USER_ERROR, f"unknown checkpoint {show(ref)}",
+    detail = getattr(exc, "detail", None)  # a ref out of range says how far it can go
+    return Failure(USER_ERROR, f"unknown checkpoint {show(ref)}"
+                   + (f": {show(detail)}" if detail else ""),
                    "'ckpt list --all-sessions' shows the ids")
 
 

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 import click
 
 from ckpt.cli import __version__, errors, log
-from ckpt.cli.commands import maintenance, restore, schema, setup, snapshot, tune
+from ckpt.cli.commands import history, maintenance, restore, schema, setup, snapshot, tune
 from ckpt.cli.context import State, find_root, text_callback
 from ckpt.cli.render import delivered, reset_delivered
 
@@ -155,6 +155,9 @@ def _start_logging(ctx: click.Context, verbose: int) -> None:
 for _module in (setup, snapshot, restore, maintenance, tune, schema):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
+cli.add_command(history.undo)
+cli.add_command(history.forget)
+cli.add_command(history.log_)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

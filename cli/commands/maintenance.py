@@ -17,6 +17,7 @@ from ckpt.cli.errors import CliError, DamageFound, classify
 from ckpt.cli.params import event_type_callback, parse_duration
 from ckpt.cli.render import (
     display_path,
+    dumps,
     format_size,
     format_when,
     one_line,
@@ -284,6 +285,7 @@ def _event_details(data: dict[str, Any]) -> str:
 Examples:
   ckpt events --limit 20
   ckpt events --type checkpoint:restore --all-sessions --json
+  ckpt events --follow --json       # JSON Lines, one event a line, until Ctrl-C (exit 130)
 """)
 @click.option("--type", "type_", metavar="T", callback=event_type_callback,
               help="Only events of type T (checkpoint:create, checkpoint:restore, "
@@ -292,14 +294,21 @@ Examples:
               help="Only the newest N (still printed oldest first).")
 @click.option("--all-sessions", is_flag=True,
               help="Every session, not only --session (events of every root either way).")
+@click.option("--follow", "-f", is_flag=True,
+              help="After the events there are, print each new one as it is recorded, until "
+                   "Ctrl-C (exit 130); with --json one JSON object a line.")
 @json_option
 @pass_state
 def events(state: State, type_: str | None, limit: int | None, all_sessions: bool,
-           as_json: bool) -> None:
+           follow: bool, as_json: bool) -> None:
     """List the session's events (creates, restores, prunes), oldest first.
 
     Events are kept per store, not per root: those of the session on every root are listed.
+    With --follow they are listed in the order they were recorded, then followed.
     """
+    if follow:
+        _follow(state, type_, limit, all_sessions, as_json)
+        return
     found: list[Event] = state.open().events(type=type_, limit=limit, all_sessions=all_sessions)
     if as_json:
         write_json([e.to_json() for e in found])
@@ -308,6 +317,29 @@ def events(state: State, type_: str | None, limit: int | None, all_sessions: boo
             for e in found]
     if rows:
         write_lines(table(["at (UTC)", "type", "session", "details"], rows))
+
+
+FOLLOW_INTERVAL = 0.25  # seconds between two reads of the events table
+
+
+def _follow(state: State, type_: str | None, limit: int | None, all_sessions: bool,
+            as_json: bool) -> None:
+    """Print the events there are, then poll for new ones (by their number in the table, so
+    each is told once) until interrupted: the KeyboardInterrupt exits 130."""
+    import sys
+    import time
+
+    service = state.open()
+    found, cursor = service.events_after(0, type=type_, limit=limit, all_sessions=all_sessions)
+    while True:
+        for event in found:
+            data = event.to_json()
+            sys.stdout.write((dumps(data, indent=None) if as_json else "  ".join([
+                format_when(event.at), event.type, one_line(event.session, 24),
+                _event_details(data)])) + "\n")
+        sys.stdout.flush()
+        time.sleep(FOLLOW_INTERVAL)
+        found, cursor = service.events_after(cursor, type=type_, all_sessions=all_sessions)
 
 
 COMMANDS = [prune, gc, fsck, stats, events]

@@ -27,6 +27,8 @@ def summary_line(report: RestoreReport) -> str:
         head = f"would restore {report.id}"
     else:
         head = f"{'partially restored' if report.conflicts else 'restored'} {report.id}"
+    if report.target is not None:
+        head += f" into {display_path(report.target)}"
     line = (f"{head}: {report.written} written, {report.deleted} deleted, "
             f"{report.dirs_created} dirs created, {report.dirs_removed} dirs removed, "
             f"{report.unchanged} unchanged ({format_size(report.bytes_written)})")
@@ -64,6 +66,8 @@ Examples:
   ckpt restore ckpt-1764433022123-q7x2m9ta    # saves the current state first, prints undo
   ckpt restore ckpt-17644 --dry-run           # show the plan, change nothing
   ckpt restore ckpt-17644 --path src/app.py   # only this path
+  ckpt restore latest~2                       # two checkpoints back ('ckpt undo' undoes it)
+  ckpt restore latest --target /tmp/copy      # into an empty directory; workspace untouched
   ckpt restore "$(ckpt latest --reason pre-tool)" --json
 """)
 @click.argument("id", shell_complete=complete_checkpoint_id, callback=checkpoint_id_callback)
@@ -78,12 +82,16 @@ Examples:
                    "the checkpoint lacks at or below P is deleted.")
 @click.option("--from-other-root", is_flag=True,
               help="Allow ID to be a checkpoint of another workspace root (refused otherwise).")
+@click.option("--target", metavar="DIR", type=click.Path(path_type=str),
+              help="Write the checkpoint into DIR (absent or empty, not in the store) "
+                   "instead; the workspace is not touched, nothing is saved first.")
 @json_option
 @pass_state
 def restore(state: State, id: str, dry_run: bool, no_save: bool, no_event: bool,  # noqa: A002
             discard_later: bool, paths: tuple[str, ...], from_other_root: bool,
-            as_json: bool) -> None:
-    """Make the workspace match checkpoint ID (any unique prefix).
+            target: str | None, as_json: bool) -> None:
+    """Make the workspace match checkpoint ID (a ref: an id, a unique prefix, latest,
+    latest~N, ID~N).
 
     Only what differs is touched. The current state is saved first as a 'pre-restore'
     checkpoint, whose id the summary prints: restoring it undoes the restore. Ignored files
@@ -91,13 +99,19 @@ def restore(state: State, id: str, dry_run: bool, no_save: bool, no_event: bool,
     """
     from ckpt.checkpoints import RestoreIncomplete, RestoreOptions
 
+    if target is not None and discard_later:
+        from ckpt.cli.errors import USAGE, CliError
+
+        raise CliError("--target and --discard-later do not go together: a restore into "
+                       "another directory leaves the session's history as it is", code=USAGE)
     service = state.open()
     try:
         with state.progress() as progress:
             options = RestoreOptions(save=not no_save, record_event=not no_event,
                                      discard_later=discard_later, dry_run=dry_run,
                                      paths=tuple(user_path(p) for p in paths),
-                                     from_other_root=from_other_root)
+                                     from_other_root=from_other_root,
+                                     target=None if target is None else user_path(target))
             report = service.restore(id, options, progress=progress, cwd=os.getcwd())
     except RestoreIncomplete as exc:
         partial = getattr(exc, "report", None)

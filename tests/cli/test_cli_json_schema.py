@@ -21,14 +21,16 @@ STATS = {"files": int, "bytes": int, "new_objects": int, "new_bytes": int, "skip
 RESTORE_COUNTS = {"id": str, "written": int, "deleted": int, "dirs_created": int,
                   "dirs_removed": int, "unchanged": int, "bytes_written": int,
                   "pre_restore": OPT_STR, "discarded": list}
-RESTORE = {**RESTORE_COUNTS, "conflicts": list, "not_captured": list, "later_tracked": list}
+RESTORE = {**RESTORE_COUNTS, "conflicts": list, "not_captured": list, "later_tracked": list,
+           "undid": OPT_STR, "target": OPT_STR}
 PATH_REASON = {"path": str, "reason": str}
 FILE_ENTRY = {"path": str, "kind": str, "size": int}
 EVENT_BASE = {"type": str, "at": str, "session": str}
 CREATE_EVENT = {**EVENT_BASE, "id": str, "label": OPT_STR, "reason": OPT_STR,
                 "turn_id": OPT_STR, "duration_ms": int, "files": int, "hashed": int,
                 "new_objects": int, "new_bytes": int, "skipped": list}
-RESTORE_EVENT = {**EVENT_BASE, **RESTORE_COUNTS, "duration_ms": int, "conflicts": int}
+RESTORE_EVENT = {**EVENT_BASE, **RESTORE_COUNTS, "duration_ms": int, "conflicts": int,
+                 "target": OPT_STR, "undid": OPT_STR}
 
 
 def check(value: Any, schema: dict[str, Any]) -> None:
