@@ -13,6 +13,8 @@ import os
 import random
 import re
 import shutil
+import signal
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -231,6 +233,19 @@ def test_a_tour_of_every_command_validates_each_output_kind(
     restored = run("restore", first, "--json")
     assert restored["pre_restore"] and restored["not_captured"]
     run("restore", second["id"], "--discard-later", "--json")  # a discard-later prune event
+    assert run("undo", "--dry-run", "--json")["undid"]
+    assert run("undo", "--json")["target"] is None
+    assert run("restore", first, "--target", str(tmp_path / "elsewhere"), "--json")["target"]
+    (ws / "a.txt").write_text("patched\n")
+    (ws / "blob.bin").write_bytes(b"\0binary")
+    patches = run("diff", first, "--patch", "--json")
+    assert any(p["binary"] for p in patches)
+    assert {p["change"] for p in patches} >= {"M", "S"}
+    assert run("diff", first, "-p", "--json") == patches
+    assert [row["change"] for row in run("log", "a.txt", "--json")][:1] == ["A"]
+    run("create", "--json", "-m", "to forget")
+    assert run("forget", "latest", "--dry-run", "--json")["dry_run"] is True
+    assert len(run("forget", "latest", "--json")["removed"]) == 1
     run("recover", "--json")
     run("recover", "--abandon", "--json")
     run("config", "set", "retention_cap", "2", "--json")
@@ -323,3 +338,26 @@ def test_an_abandoned_restore_validates(tmp_path: Path, ckpt_in: CkptIn) -> None
     abandoned = json.loads(run.stdout)["abandoned"]
     assert abandoned["checkpoint"] == first and abandoned["applied"] is not None
     assert abandoned["not_applied"] is not None
+
+
+def test_events_follow_lines_each_validate(initialized: Path, ckpt_in: CkptIn,
+                                           env_for: Callable[..., dict[str, str]]) -> None:
+    """`events --follow --json` prints JSON Lines: what exists, then each new event."""
+    first = json.loads(ckpt_in("create", "--json").stdout)["id"]
+    args = ("events", "--follow", "--json")
+    child = subprocess.Popen(["ckpt", *args], cwd=initialized, env=env_for(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        lines = [child.stdout.readline()]
+        (initialized / "a.txt").write_text("followed\n")
+        assert ckpt_in("restore", first).code == 0  # a pre-restore create, then the restore
+        lines += [child.stdout.readline() for _ in range(2)]
+    finally:
+        child.send_signal(signal.SIGINT)
+        rest, _ = child.communicate(timeout=30)
+    assert child.returncode == 130
+    out = "".join(lines) + rest
+    assert schema_check.check_output(args, 0, out) == "event"
+    assert [json.loads(line)["type"] for line in out.splitlines()] == [
+        "checkpoint:create", "checkpoint:create", "checkpoint:restore"]
