@@ -5,6 +5,10 @@ Owns the exit codes of the CLI contract (docs/CLI.md) and the words users see fo
     0 ok · 1 user error (also: unsupported platform) · 2 usage · 3 nothing matched / partial
     restore · 4 store busy · 5 corruption · 130 interrupted
 
+`describe(exc)` gives the same as `(exit_code, kind, message, hint)`, with a stable kind word
+(`KINDS`: `unknown_checkpoint`, `store_busy`, ...) for callers that report errors to a program
+rather than as a `ckpt: error:` line: the MCP server's tool errors and the hook's log.
+
 Unexpected exceptions (a bug in ckpt) exit 1 with "internal error: ..." and a hint to rerun
 with `--debug`, which adds the traceback. A broken stdout pipe (`ckpt list | head -1`) exits
 141 without a message, as a process killed by SIGPIPE would.
@@ -227,13 +231,58 @@ RULES: dict[str, Rule] = {
 }
 
 
+# The same errors by kind: a stable word for a program (an MCP client, a hook's log) that
+# names the class of problem without parsing the message. Looked up along the MRO like RULES.
+KINDS: dict[str, str] = {
+    "ckpt.cli.errors.CliError": "user_error",
+    "ckpt.cli.errors.DamageFound": "corrupt",
+    "ckpt.checkpoints.errors.NotInitialized": "not_initialized",
+    "ckpt.checkpoints.errors.PathNotInCheckpoint": "no_such_path",
+    "ckpt.checkpoints.errors.UnknownCheckpoint": "unknown_checkpoint",
+    "ckpt.checkpoints.errors.AmbiguousCheckpoint": "ambiguous",
+    "ckpt.checkpoints.errors.UnsafePath": "unsafe_path",
+    "ckpt.checkpoints.errors.ConfigError": "config_error",
+    "ckpt.checkpoints.errors.UnsupportedPlatform": "unsupported_platform",
+    "ckpt.checkpoints.errors.NothingMatched": "nothing_matched",
+    "ckpt.checkpoints.errors.RestoreIncomplete": "restore_incomplete",
+    "ckpt.checkpoints.errors.StoreBusy": "store_busy",
+    "ckpt.checkpoints.identity.WorkspaceRefused": "workspace_refused",
+    "ckpt.objstore.errors.StoreNotFound": "not_initialized",
+    "ckpt.objstore.errors.ContentChanged": "content_changed",
+    "ckpt.objstore.errors.StoreWriteError": "os_error",
+    "ckpt.checkpoints.errors.CheckpointError": "user_error",
+    "ckpt.checkpoints.errors.CatalogCorrupt": "corrupt",
+    "ckpt.objstore.errors.ObjstoreError": "corrupt",
+    "builtins.KeyboardInterrupt": "interrupted",
+    "builtins.OSError": "os_error",
+    "builtins.BaseException": "internal",
+}
+
+
+def _lookup(table: dict[str, Any], exc: BaseException) -> Any:
+    for cls in type(exc).__mro__:
+        found = table.get(f"{cls.__module__}.{cls.__qualname__}")
+        if found is not None:
+            return found
+    return None  # pragma: no cover - BaseException is in every table
+
+
 def classify(exc: BaseException) -> Failure:
     """The exit code and words for `exc` (the first rule along its MRO)."""
-    for cls in type(exc).__mro__:
-        rule = RULES.get(f"{cls.__module__}.{cls.__qualname__}")
-        if rule is not None:
-            return rule(exc)
-    return _internal(exc)  # pragma: no cover - BaseException is in the table
+    rule: Rule | None = _lookup(RULES, exc)
+    return rule(exc) if rule is not None else _internal(exc)
+
+
+def describe(exc: BaseException) -> tuple[int, str, str, str | None]:
+    """`(exit_code, kind, message, hint)` for `exc`: the CLI's table, for callers that report
+    an error other than as a `ckpt: error:` line (the MCP server's tool errors, the hook's
+    log). `kind` is a word from KINDS (`unknown_checkpoint`, `store_busy`, ...); a usage
+    error of the CLI (exit 2) is `usage`."""
+    failure = classify(exc)
+    kind: str = _lookup(KINDS, exc) or "internal"
+    if kind == "user_error" and failure.code == USAGE:
+        kind = "usage"
+    return failure.code, kind, failure.message, failure.hint
 
 
 def report(exc: BaseException, *, debug: bool, stream: TextIO | None = None) -> int:

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 import click
 
 from ckpt.cli import __version__, errors, log
-from ckpt.cli.commands import history, maintenance, restore, schema, setup, snapshot, tune
+from ckpt.cli.commands import agents, history, maintenance, restore, schema, setup, snapshot, tune
 from ckpt.cli.context import State, find_root, text_callback
 from ckpt.cli.render import delivered, reset_delivered
 
@@ -152,7 +152,7 @@ def _start_logging(ctx: click.Context, verbose: int) -> None:
         ctx.call_on_close(log.attach(level, sys.stderr))
 
 
-for _module in (setup, snapshot, restore, maintenance, tune, schema):
+for _module in (setup, snapshot, restore, maintenance, tune, schema, agents):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 cli.add_command(history.undo)

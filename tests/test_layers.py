@@ -1,8 +1,9 @@
-"""The dependency direction `cli -> checkpoints -> objstore` (and `tuning -> checkpoints`), the
+"""The dependency direction `cli -> checkpoints -> objstore` (and `tuning -> checkpoints`,
+`cli -> agents -> checkpoints`; only `ckpt.agents` imports the optional `mcp`), the
 public-API rule for the upper layers, and the format chokepoints.
 
 Read from the source with `ast`, so a violating import fails here even if nothing executes it.
-`cli` and `ckpt.tuning` reach the library only through the public API of `ckpt.checkpoints`
+`cli`, `ckpt.tuning` and `ckpt.agents` reach the library only through the public API of `ckpt.checkpoints`
 (the package and the names in its `__all__`), never a submodule of it and never objstore.
 """
 
@@ -18,7 +19,7 @@ from ckpt.checkpoints import __all__ as PUBLIC
 ROOT = Path(__file__).resolve().parent.parent
 # Layer -> its source folder (ckpt/tuning is a real folder of the package, not a link).
 FOLDERS = {"objstore": "objstore", "checkpoints": "checkpoints", "cli": "cli",
-           "tuning": "ckpt/tuning"}
+           "tuning": "ckpt/tuning", "agents": "ckpt/agents"}
 
 
 def _top(module: str) -> str:
@@ -57,7 +58,7 @@ def _private_uses(path: Path) -> list[str]:
                           if a.name not in PUBLIC]
             elif node.module == "ckpt":
                 found += [f"ckpt.{a.name}" for a in node.names
-                          if a.name not in {*PUBLIC, "checkpoints", "tuning", "__version__"}]
+                          if a.name not in {*PUBLIC, "checkpoints", "tuning", "agents", "__version__"}]
     return found
 
 
@@ -74,17 +75,19 @@ def _name(path: Path) -> str:
 
 
 @pytest.mark.parametrize(("layer", "forbidden"), [
-    ("objstore", {"checkpoints", "cli", "tuning", "click", "bench"}),
-    ("checkpoints", {"cli", "tuning", "click", "bench"}),
-    ("tuning", {"objstore", "cli", "click", "bench"}),
-    ("cli", {"objstore", "bench"}),
+    ("objstore", {"checkpoints", "cli", "tuning", "agents", "click", "bench", "mcp"}),
+    ("checkpoints", {"cli", "tuning", "agents", "click", "bench", "mcp"}),
+    ("tuning", {"objstore", "cli", "agents", "click", "bench", "mcp"}),
+    # agents sits between checkpoints and cli: the CLI passes in what agents needs of it
+    ("agents", {"objstore", "cli", "tuning", "click", "bench"}),
+    ("cli", {"objstore", "bench", "mcp"}),
 ])
 def test_lower_layers_never_import_upper_layers(layer: str, forbidden: set[str]) -> None:
     offenders = {_name(p): sorted(_imports(p) & forbidden) for p in _modules(layer)}
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
-@pytest.mark.parametrize("layer", ["cli", "tuning"])
+@pytest.mark.parametrize("layer", ["cli", "tuning", "agents"])
 def test_upper_layers_use_only_the_public_api_of_checkpoints(layer: str) -> None:
     offenders = {_name(p): _private_uses(p) for p in _modules(layer)}
     assert {k: v for k, v in offenders.items() if v} == {}
