@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from ckpt.checkpoints.restoring import RestoreOptions
     from ckpt.checkpoints.service import STORE_NAME, Checkpoints, preload
     from ckpt.checkpoints.store_setup import check_store, repair_catalog
+    from ckpt.checkpoints.watch import WatchState
 
 # Submodules that import on any platform. The others need POSIX (fcntl, O_NOFOLLOW, ...) as
 # they import, so on Windows their names raise UnsupportedPlatform instead of an ImportError.
@@ -105,6 +106,7 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("STORE_NAME", "Checkpoints", "preload"), "service"),
     "check_store": "store_setup",
     "repair_catalog": "store_setup",
+    "WatchState": "watch",
 }
 
 __all__ = [
@@ -152,6 +154,7 @@ __all__ = [
     "UnknownCheckpoint",
     "UnsafePath",
     "UnsupportedPlatform",
+    "WatchState",
     "WorkspaceRefused",
     "check_platform",
     "check_store",

@@ -24,6 +24,7 @@ from ckpt.objstore.atomicfile import write_atomically
 
 CONFIG_FILE = "config.toml"
 FSYNC_MODES = ("none", "batch", "full")
+SERVER_MODES = ("auto", "on", "off")
 MAX_COMPRESSION_LEVEL = 19
 MAX_THREADS = 1024
 # TOML integers are 64-bit signed; a larger value would be unreadable by other TOML tools.
@@ -51,12 +52,14 @@ def _check_bool(value: object) -> object:
     return value
 
 
-def _check_fsync(value: object) -> object:
-    if not isinstance(value, str):
-        raise _Invalid(f"must be a string, not {type(value).__name__}")
-    if value not in FSYNC_MODES:
-        raise _Invalid(f"must be one of {', '.join(FSYNC_MODES)}, not {value!r}")
-    return value
+def _check_choice(choices: tuple[str, ...]) -> Callable[[object], object]:
+    def check(value: object) -> object:
+        if not isinstance(value, str):
+            raise _Invalid(f"must be a string, not {type(value).__name__}")
+        if value not in choices:
+            raise _Invalid(f"must be one of {', '.join(choices)}, not {value!r}")
+        return value
+    return check
 
 
 def _check_seconds(value: object) -> object:
@@ -98,6 +101,9 @@ class StoreConfig:
     use_gitignore: bool = True  # honour .gitignore files (.ckptignore always applies)
     gc_grace_seconds: int = 3600  # gc keeps objects younger than this (racing writers)
     lock_timeout: float = 10.0  # seconds to wait for a busy store before StoreBusy
+    server: str = "auto"  # "auto"/"on": a resident server started on demand; "off": never
+    server_idle: float = 600.0  # seconds without a request before the server exits; 0 = never
+    server_verify: float = 3600.0  # seconds between the idle server's verification walks; 0 = never
 
     def __post_init__(self) -> None:
         for name, (check, _) in _FIELDS.items():
@@ -265,12 +271,15 @@ _INT = _parse_number(int, "an integer")
 _FIELDS: dict[str, tuple[Callable[[object], object], Callable[[str], Any]]] = {
     "compression_level": (_check_int(0, MAX_COMPRESSION_LEVEL), _INT),
     "threads": (_check_int(0, MAX_THREADS), _INT),
-    "fsync": (_check_fsync, lambda text: text.strip().lower()),
+    "fsync": (_check_choice(FSYNC_MODES), lambda text: text.strip().lower()),
     "max_file_size": (_check_int(0), _parse_size),
     "retention_cap": (_check_int(0), _INT),
     "extra_ignore": (_check_patterns, _parse_patterns),
     "use_gitignore": (_check_bool, _parse_bool),
     "gc_grace_seconds": (_check_int(0), _INT),
     "lock_timeout": (_check_seconds, _parse_number(float, "a number of seconds")),
+    "server": (_check_choice(SERVER_MODES), lambda text: text.strip().lower()),
+    "server_idle": (_check_seconds, _parse_number(float, "a number of seconds")),
+    "server_verify": (_check_seconds, _parse_number(float, "a number of seconds")),
 }
 assert set(_FIELDS) == set(CONFIG_KEYS), "every setting needs a check and a parser"

@@ -13,6 +13,12 @@ directory whose listing equals the one `known` holds for it is unchanged, and th
 listing or errno), plus the keys of the unchanged ones. A no-change snapshot of a large tree is
 then one call, all of it off the GIL.
 
+`walk_dirs_watched(starts, known, view, threads)` is the same walk for a scan whose file watcher
+(watch.py) says which directories may have changed since their listing was taken: a directory
+it calls clean, whose known listing is settled, is unchanged without a syscall; the others are
+listed in batches and compared as `walk_dirs` does; a subtree the watcher cannot vouch for is
+walked by `walk_dirs` itself.
+
 `listing_changes(old, new)` compares two listings of one directory: the entries of `new` not
 in `old` byte for byte, and the names `new` lacks, so a scan that knows what `old` stood for
 looks at those entries only. `patch_listing(listing, changes)` goes the other way: the listing
@@ -33,7 +39,7 @@ import itertools
 import os
 import struct
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from ckpt.objstore.native import load_native
 
@@ -124,6 +130,77 @@ def walk_dirs_python(starts: Sequence[WalkStart],
         else:
             reports.append((key, outcome))
     return reports, unchanged
+
+
+class WatchedView(Protocol):
+    """What `walk_dirs_watched` asks of a watcher's view (watch.py's `WatchView`)."""
+
+    def listed(self, key: bytes) -> bool:
+        """Whether the directory `key` may have changed since its last listing was taken."""
+        ...
+
+    def walked(self, key: bytes) -> bool:
+        """Whether the whole subtree at `key` must be walked (no watch vouches for it)."""
+        ...
+
+    def within_walked(self, key: bytes) -> bool:
+        """Whether `key` or one of its ancestors is `walked`."""
+        ...
+
+
+def walk_dirs_watched(starts: Sequence[WalkStart], known: Known | None, view: WatchedView,
+                      threads: int = 1) -> tuple[list[WalkReport], list[bytes]]:
+    """`walk_dirs`, but a directory `view` calls clean whose `known` listing is settled (not
+    empty) and whose subdirectory names are plain is taken as unchanged without being listed;
+    the rest is listed and compared exactly as `walk_dirs` does, and a subtree `view` says no
+    watch covers goes to `walk_dirs` whole."""
+    if known is None:
+        return walk_dirs(starts, None, threads)
+    reports: list[WalkReport] = []
+    unchanged: list[bytes] = []
+    whole: list[WalkStart] = []
+    # The scanner's starts may lie anywhere (below a directory that changed): ask about their
+    # ancestors too; a directory reached through a clean parent is walked only if it is a root.
+    pending: list[WalkStart] = []
+    for start in starts:
+        (whole if view.within_walked(start[0]) else pending).append(start)
+    while pending:
+        listing: list[WalkStart] = []
+        while pending:
+            start = pending.pop()
+            key, path, shortcut = start
+            if view.walked(key):
+                whole.append(start)
+                continue
+            entry = known.get(key) if shortcut else None
+            if entry is None or not entry[0] or view.listed(key) or not _plain_names(entry[1]):
+                listing.append(start)
+                continue
+            unchanged.append(key)
+            _push_subdirs(pending, key, path, entry[1])
+        if not listing:
+            break
+        outcomes = scan_dirs([start[1] for start in listing], threads)
+        for (key, path, shortcut), outcome in zip(listing, outcomes, strict=True):
+            entry = known.get(key) if shortcut else None
+            if (entry is not None and not isinstance(outcome, int) and entry[0]
+                    and entry[0] == outcome[0] and _plain_names(entry[1])):
+                unchanged.append(key)
+                _push_subdirs(pending, key, path, entry[1])
+            else:
+                reports.append((key, outcome))
+    if whole:
+        more, same = walk_dirs(whole, known, threads)
+        reports += more
+        unchanged += same
+    reports.sort(key=_report_key)
+    return reports, unchanged
+
+
+def _push_subdirs(pending: list[WalkStart], key: bytes, path: bytes, names: bytes) -> None:
+    if names:
+        prefix = key + b"/" if key else b""
+        pending.extend((prefix + name, path + b"/" + name, True) for name in names.split(b"\0"))
 
 
 def _plain_names(names: bytes) -> bool:

@@ -4,7 +4,8 @@ Three phases, so the walk and compression can use every core without the GIL:
 1. walk: `dirlisting.walk_dirs` (native, threaded, without the GIL) lists and lstats every
    directory; one whose listing equals the cached one — and whose ignore rules cannot have
    changed — is unchanged, and so is the whole walk below it unless a listing there differs:
-   only the differing directories come back to Python. There, if the cached record describes
+   only the differing directories come back to Python (with a file watcher, `walk_dirs_watched`
+   lists only the directories it names and takes the others as the cache has them). There, if the cached record describes
    an earlier listing (`listing_changes`), only the entries that differ from it and the names
    it kept aside as racy are looked at; else every entry. Each is a stat-cache hit (id reused,
    file not read) or a job. Ignore rules are only loaded for directories that need them;
@@ -40,10 +41,12 @@ from ckpt.checkpoints.dirlisting import (
     Known,
     ListedEntry,
     MaybeNames,
+    WatchedView,
     iter_listing,
     listed_entry,
     listing_changes,
     walk_dirs,
+    walk_dirs_watched,
 )
 from ckpt.checkpoints.model import SkippedPath
 from ckpt.checkpoints.paths import RelPath, ancestors, parse_relpath
@@ -106,6 +109,9 @@ class ScanOptions:
     # Whatever else decides what is captured (ignore settings): a cache made under other
     # settings is still used entry by entry, but never for whole-directory shortcuts.
     ignore_settings: str = ""
+    # A file watcher's view (watch.py): only the directories it names are listed, the others
+    # are as the cache has them. None: every directory is listed.
+    watch: WatchedView | None = None
 
     @property
     def settings(self) -> str:
@@ -248,9 +254,13 @@ class _Scanner:
         known = self._known = self.cache.dirs.known() if self.shortcuts else {}
         nodes = self._nodes = {top.key: top}
         pending = [top]
+        view = self.options.watch
         while pending:
-            reports, unchanged = walk_dirs(
-                [(n.key, n.fs_path, n.rules_clean) for n in pending], known or None, threads)
+            starts = [(n.key, n.fs_path, n.rules_clean) for n in pending]
+            if view is not None:
+                reports, unchanged = walk_dirs_watched(starts, known or None, view, threads)
+            else:
+                reports, unchanged = walk_dirs(starts, known or None, threads)
             self._take_unchanged(unchanged)
             following: list[_Dir] = []
             for key, outcome in reports:

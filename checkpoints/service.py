@@ -66,6 +66,7 @@ if TYPE_CHECKING:
         StoreStats,
     )
     from ckpt.checkpoints.restoring import RestoreOptions, Restorer
+    from ckpt.checkpoints.watch import WatchState
 
 STORE_NAME = ".ckpt"
 
@@ -88,7 +89,7 @@ class Checkpoints:
     """Checkpoints of one workspace root in one store, for one session."""
 
     def __init__(self, root: str, store_dir: str, session: str, *, clock: Clock = _utc_now,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, watch: bool = False) -> None:
         config = read_config(store_dir)
         objects = ObjectStore.open(store_dir, StoreOptions(
             compression_level=config.compression_level, fsync=config.fsync))  # type: ignore[arg-type]
@@ -101,6 +102,8 @@ class Checkpoints:
             raise
         self._ws = Workspace(root, store_dir, session, config, objects, catalog, clock=clock,
                              rng=rng or random.Random(), key=self.binding.key)
+        if watch:
+            self._start_watch()
         self._last_write: LockedRoot | None = None  # its bookkeeping may still be running
 
     @staticmethod
@@ -227,13 +230,16 @@ class Checkpoints:
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], store: str | os.PathLike[str] | None = None,
-             session: str = "default", **kwargs: Any) -> Checkpoints:
+             session: str = "default", *, watch: bool = False, **kwargs: Any) -> Checkpoints:
+        """Open the checkpoints of `root`. `watch`: keep a file watcher on the root (Linux
+        inotify, watch.py) so that a snapshot lists only the directories that changed; it
+        falls back to a full walk wherever it cannot vouch for a directory."""
         root_abs, store_abs = cls._locate(root, store)
         try:
             ObjectStore.open(store_abs)
         except StoreNotFound:
             raise NotInitialized(root_abs, store_abs) from None
-        return cls(root_abs, store_abs, session, **kwargs)
+        return cls(root_abs, store_abs, session, watch=watch, **kwargs)
 
     @property
     def workspace_id(self) -> str | None:
@@ -255,7 +261,10 @@ class Checkpoints:
         try:
             self.settle()
         finally:
-            self._close_stores()
+            try:
+                self._stop_watch()
+            finally:
+                self._close_stores()
 
     def _close_stores(self) -> None:
         try:
@@ -269,6 +278,33 @@ class Checkpoints:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- the file watcher ----------------------------------------------------------------
+
+    def _start_watch(self) -> None:
+        from ckpt.checkpoints.watch import WatchHandle  # noqa: PLC0415 (only watch=True needs it)
+
+        self._ws.watch = WatchHandle(self._ws.root_b, self._ws.cache_path)
+
+    def _stop_watch(self) -> None:
+        handle, self._ws.watch = self._ws.watch, None
+        if handle is not None:
+            handle.close()
+
+    def watch_state(self) -> WatchState | None:
+        """What the file watcher reports (None when not opened with watch=True)."""
+        handle = self._ws.watch
+        return None if handle is None else handle.state()
+
+    def verify_watch(self) -> tuple[str, ...]:
+        """Under the root lock: a watched scan and a full walk against the same stat cache,
+        nothing committed. Returns the paths where they disagree (empty: they agree; each is
+        logged at ERROR and the next snapshot walks everything). () when not watching."""
+        if self._ws.watch is None:
+            return ()
+        with self._writing("verify") as locked:
+            paths = self._ws.verify_watch(locked)
+        return tuple(os.fsdecode(path) for path in paths)
 
     # -- write calls ---------------------------------------------------------------------
 

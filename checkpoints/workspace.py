@@ -10,6 +10,8 @@ It never prints, never exits and changes no process-global state.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import random
 import time
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckpt.checkpoints.catalog import Catalog
 from ckpt.checkpoints.config import StoreConfig
+from ckpt.checkpoints.diff import diff_trees
 from ckpt.checkpoints.errors import UnsafePath
 from ckpt.checkpoints.gitexclude import NO_EXCLUDES, GitExcludes, read_git_excludes
 from ckpt.checkpoints.identity import MARKER, legacy_key, read_marker
@@ -32,6 +35,10 @@ from ckpt.objstore import EntryKind, ObjectId, ObjectStore, TreeEntry
 
 if TYPE_CHECKING:
     from ckpt.checkpoints.ignore import IgnoreRules
+    from ckpt.checkpoints.watch import WatchHandle
+
+logger = logging.getLogger("ckpt")
+CacheFileKey = tuple[int, tuple[int, ...] | None, tuple[int, ...] | None]
 
 Clock = Callable[[], datetime]
 Listener = Callable[[Event], None]
@@ -74,6 +81,10 @@ class Workspace:
         self.root_dir = os.path.join(store_dir, "roots", key or legacy_key(root))
         os.makedirs(self.root_dir, exist_ok=True)
         self._reserved = self._find_reserved()
+        # A file watcher (watch.py) when opened with watch=True; then the stat cache is kept in
+        # memory between scans while its files are the ones it was read from or saved as.
+        self.watch: WatchHandle | None = None
+        self._cache_memo: tuple[CacheFileKey, StatCache] | None = None
 
     # -- where things are ----------------------------------------------------------------
 
@@ -217,12 +228,9 @@ class Workspace:
                                 extra_patterns=self.config.extra_ignore, excluded=self.store_rel(),
                                 git_excludes=git_excludes)
 
-    def scan(self, locked: LockedRoot, covered: Sequence[RelPath] | None,
-             progress: ProgressFn | None) -> ScanResult:
-        """Scan, its objects durable; the stat cache it made goes to `locked.scanned_cache` (a
-        restore that follows under the same locks plans and updates from it) and is saved with
-        the call's bookkeeping."""
-        cache = read_stat_cache(self.cache_path, gc_generation=self.gc_generation())
+    def _scan_setup(self, cache: StatCache) -> tuple[ScanOptions, Callable[[], IgnoreRules],
+                                                       list[IgnoreRules]]:
+        """The options of a scan against `cache`, its rules factory and what it loaded."""
         # Git's exclude files lie outside the walk: what they hold is part of the settings.
         git_excludes = read_git_excludes(self.root) if self.config.use_gitignore else NO_EXCLUDES
         options = ScanOptions(max_file_size=self.config.max_file_size,
@@ -231,21 +239,41 @@ class Workspace:
                                                     tuple(self.config.extra_ignore),
                                                     tuple(self.store_rel()),
                                                     git_excludes.identity)))
-        start_ns = time.time_ns()
         loaded: list[IgnoreRules] = []
 
         def rules() -> IgnoreRules:  # loaded by the scan only where a name must be decided
             loaded.append(self._rules(cache.ignore_translations, git_excludes))
             return loaded[-1]
 
-        with naming(os.path.join(self.store_dir, "objects")):
-            if covered is None:
-                result, new_cache = scan_workspace(self.root_b, self.objects, rules, cache,
+        return options, rules, loaded
+
+    def scan(self, locked: LockedRoot, covered: Sequence[RelPath] | None,
+             progress: ProgressFn | None) -> ScanResult:
+        """Scan, its objects durable; the stat cache it made goes to `locked.scanned_cache` (a
+        restore that follows under the same locks plans and updates from it) and is saved with
+        the call's bookkeeping. With a watcher, a whole-tree scan lists only what it names."""
+        cache = self.read_cache()
+        options, rules, loaded = self._scan_setup(cache)
+        watch = self.watch if covered is None else None  # a paths scan leaves the rest dirty
+        ticket = None
+        if watch is not None:
+            ticket = watch.begin(cache.dirs.keys)
+            if ticket.view is not None:
+                options = dataclasses.replace(options, watch=ticket.view)
+        start_ns = time.time_ns()
+        try:
+            with naming(os.path.join(self.store_dir, "objects")):
+                if covered is None:
+                    result, new_cache = scan_workspace(self.root_b, self.objects, rules, cache,
+                                                       options=options, scan_start_ns=start_ns, progress=progress)
+                else:
+                    result, new_cache = scan_paths(self.root_b, covered, self.objects, rules, cache,
                                                    options=options, scan_start_ns=start_ns, progress=progress)
-            else:
-                result, new_cache = scan_paths(self.root_b, covered, self.objects, rules, cache,
-                                               options=options, scan_start_ns=start_ns, progress=progress)
-            self.objects.sync()
+                self.objects.sync()
+        except BaseException:
+            if watch is not None and ticket is not None:
+                watch.abort(ticket)
+            raise
         new_cache.ignore_translations = cache.ignore_translations
         if loaded:
             from ckpt.checkpoints.ignore import known_translations  # noqa: PLC0415 (lazy: pathspec)
@@ -253,17 +281,75 @@ class Workspace:
             new_cache.ignore_translations = known_translations()
             if new_cache.ignore_translations != cache.ignore_translations:
                 new_cache.dirty = True
+        if watch is not None and ticket is not None:
+            watch.end(ticket, new_cache.dirs.keys(), unsaved=new_cache.dirty)
         locked.scanned_cache = new_cache
         locked.note_files(result.hashed)
         return result
 
+    def verify_watch(self, locked: LockedRoot) -> tuple[RelPath, ...]:
+        """Under `locked`: the paths where a watched scan and a full walk against the same
+        stat cache disagree (nothing committed, nothing saved; the dirty set is left as it
+        is). A disagreement is logged at ERROR and makes the next scan a full walk."""
+        watch = self.watch
+        if watch is None:
+            return ()
+        cache = self.read_cache()
+        options, rules, _loaded = self._scan_setup(cache)
+        ticket = watch.begin(cache.dirs.keys, peek=True)
+        if ticket.view is None:  # the next scan walks everything anyway
+            watch.watcher.note_verify(watch.client, 0)
+            return ()
+        trees = []
+        with naming(os.path.join(self.store_dir, "objects")):
+            for view in (ticket.view, None):
+                result, _ = scan_workspace(self.root_b, self.objects, rules, cache,
+                                           options=dataclasses.replace(options, watch=view),
+                                           scan_start_ns=time.time_ns())
+                trees.append(result.tree)
+            self.objects.sync()
+        paths = tuple(change.path for change in diff_trees(self.objects.get_tree, *trees))
+        watch.watcher.note_verify(watch.client, len(paths))
+        if paths:
+            shown = ", ".join(os.fsdecode(path) for path in paths[:20])
+            logger.error("BUG: the file watcher of %s missed changes to %d path(s): %s",
+                         self.root, len(paths), shown)
+            watch.distrust("verification walk disagreed: the next snapshot walks everything")
+        return paths
+
     def save_cache(self, cache: StatCache) -> None:
+        self._cache_memo = None  # whatever happens, the files may no longer be what it held
         with naming(self.cache_path):
             write_stat_cache(self.cache_path, cache)
         cache.dirty = False  # saved: saving it again would change nothing
+        if self.watch is not None:
+            self._cache_memo = (self._cache_file_key(), cache)
+            self.watch.saved()
+
+    def _cache_file_key(self) -> CacheFileKey:
+        """What identifies the cache's files as written: a save, or another process's, changes
+        it (each is a new file); the gc generation decides what the cache must verify."""
+        return (self.gc_generation(), _file_key(self.cache_path),
+                _file_key(self.cache_path + ".delta"))
+
+    def read_cache(self) -> StatCache:
+        """The stat cache as saved: with a watcher, the one in memory while its files are
+        those it was read from or saved as."""
+        if self.watch is None:
+            return read_stat_cache(self.cache_path, gc_generation=self.gc_generation())
+        key = self._cache_file_key()
+        memo = self._cache_memo
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        cache = read_stat_cache(self.cache_path, gc_generation=key[0])
+        self._cache_memo = (key, cache)
+        return cache
 
     def current_cache(self, locked: LockedRoot) -> StatCache:
-        """The stat cache as this call's scan left it, else as saved."""
+        """The stat cache as this call's scan left it, else as saved (read from the files).
+        The caller (a restore) changes it in place, and records of a cache are shared with the
+        one it was made from: the one in memory is dropped until the next save."""
+        self._cache_memo = None
         if locked.scanned_cache is not None:
             return locked.scanned_cache
         return read_stat_cache(self.cache_path, gc_generation=self.gc_generation())
@@ -304,3 +390,11 @@ class Workspace:
         self.catalog.add_checkpoint(record, event=event)
         self.after_commit(event, cap=keep)
         return record
+
+
+def _file_key(path: str) -> tuple[int, ...] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)

@@ -7,6 +7,9 @@ exports, never a submodule) and never imports `ckpt.objstore`; tests/test_layers
 `main` is the process entry point (the `ckpt` script, `python -m ckpt`). It lives here, in a
 module that imports nothing, so that a Ctrl-C while the command is still being imported (click,
 the command modules) is caught like one during a command: exit 130, one line, no traceback.
+It first offers the call to the store's server through the thin client (`cli/client.py`, which
+imports neither click nor the library); only when no server takes it is the command line
+imported and run in this process.
 """
 
 import sys
@@ -17,9 +20,17 @@ __all__ = ["__version__", "main"]
 
 
 def main() -> None:
-    """Import the command line and run it; it exits the process with cli/errors.py's code."""
+    """Hand the call to the store's server, else import the command line and run it; either
+    way the process exits with cli/errors.py's code."""
     sys.unraisablehook = _unraisable  # this process is the command's: first thing, then
     try:
+        from ckpt.cli import client
+
+        code = client.run(sys.argv)
+        if code is not None:  # the server ran it
+            import os
+
+            os._exit(code)
         from ckpt.cli.main import main as run_command
     except KeyboardInterrupt:
         import os

@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
 
@@ -32,6 +32,31 @@ if TYPE_CHECKING:
 
 STORE_NAME = ".ckpt"
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ServicePool(Protocol):
+    """Open `Checkpoints` kept across commands (the resident server's, cli/server_exec.py)."""
+
+    def checkout(self, root: str, store: str | None, session: str) -> tuple[Checkpoints, bool]:
+        """The service for (root, store, session), opened if needed; True if opened now."""
+        ...
+
+
+# Set by the resident server while it runs commands; None in a command's own process.
+_pool: ServicePool | None = None
+# The store the last `State.open` opened and its `server` setting, for the spawn on demand
+# after an in-process command (cli/main.py).
+_opened: tuple[str, str] | None = None
+
+
+def set_pool(pool: ServicePool | None) -> None:
+    global _pool
+    _pool = pool
+
+
+def opened_store() -> tuple[str, str] | None:
+    """(store dir, its `server` setting) of the store a command of this process opened."""
+    return _opened
 
 
 def _log() -> logging.Logger:
@@ -103,13 +128,21 @@ class State:
         return locate_store(self.root)
 
     def open(self) -> Checkpoints:
-        """The library, opened once per invocation and closed when the command ends."""
+        """The library, opened once per invocation and closed when the command ends (in the
+        resident server: taken from its pool, which keeps it open and settles it after)."""
+        global _opened
         if self._service is None:
             _log().debug("opening root %s, store %s, session %s", self.root, self.store_dir,
                          self.session)
+            if _pool is not None:
+                self._service, opened = _pool.checkout(self.root, self.store, self.session)
+                if opened:
+                    _note_binding(self._service)
+                return self._service
             self._service = library().open(self.root, self.store, self.session)
             click.get_current_context().call_on_close(self.close)
             _note_binding(self._service)
+            _opened = (self._service.store_dir, self._service.config.server)
         return self._service
 
     def init(self, *, store_outside: bool = False) -> Checkpoints:

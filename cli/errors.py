@@ -3,7 +3,10 @@
 Owns the exit codes of the CLI contract (docs/CLI.md) and the words users see for every error:
 
     0 ok · 1 user error (also: unsupported platform) · 2 usage · 3 nothing matched / partial
-    restore · 4 store busy · 5 corruption · 130 interrupted
+    restore · 4 store busy · 5 corruption · 6 server lost · 130 interrupted
+
+`SERVER_LOST` is given only by the thin client (cli/client.py, which hard-codes it): the server
+accepted the command and died before it ended.
 
 `describe(exc)` gives the same as `(exit_code, kind, message, hint)`, with a stable kind word
 (`KINDS`: `unknown_checkpoint`, `store_busy`, ...) for callers that report errors to a program
@@ -39,6 +42,7 @@ USAGE = 2
 NOTHING_MATCHED = 3
 STORE_BUSY = 4
 CORRUPTION = 5
+SERVER_LOST = 6  # the resident server died while running the command (cli/client.py)
 BROKEN_PIPE = 141
 INTERRUPTED = 130
 

@@ -21,8 +21,8 @@ from typing import Any, NoReturn
 import click
 
 from ckpt.cli import __version__, errors, log
-from ckpt.cli.commands import agents, history, maintenance, restore, schema, setup, snapshot, tune
-from ckpt.cli.context import State, find_root, text_callback
+from ckpt.cli.commands import agents, history, maintenance, restore, schema, server, setup, snapshot, tune
+from ckpt.cli.context import State, find_root, opened_store, text_callback
 from ckpt.cli.render import delivered, reset_delivered
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -45,6 +45,7 @@ Environment:
 Exit codes:
   0 ok   1 user error (also: unsupported platform; ckpt runs on Linux and macOS)
   2 usage   3 nothing matched / partial restore   4 store busy   5 corruption
+  6 the resident server died during the command (run it again)
   130 interrupted   141 broken pipe (stdout closed early)
 
 \b
@@ -152,7 +153,7 @@ def _start_logging(ctx: click.Context, verbose: int) -> None:
         ctx.call_on_close(log.attach(level, sys.stderr))
 
 
-for _module in (setup, snapshot, restore, maintenance, tune, schema, agents):
+for _module in (setup, snapshot, restore, maintenance, tune, schema, agents, server):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 cli.add_command(history.undo)
@@ -166,8 +167,18 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     # collector: a scan's records live until the command ends and hold no cycles, and the
     # collector would only walk them again and again. The library never touches it; a harness
     # owns its process and decides for itself.
+    gc.disable()
+    code = run_command(argv)
+    _start_server_if_wanted()
+    # Everything the command opened is closed and output is flushed; what the interpreter would
+    # still do (free every object, a last cyclic collection) the kernel does at once on exit.
+    os._exit(code)
+
+
+def run_command(argv: Sequence[str] | None = None) -> int:
+    """Run `ckpt` with `argv`, flush stdout and stderr, and return the exit code: what `main`
+    does in a process of its own, and the resident server for each request."""
     try:
-        gc.disable()
         code = run(argv)
         try:
             sys.stdout.flush()
@@ -181,9 +192,24 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             pass
     except KeyboardInterrupt as exc:  # between the command's end and the exit
         code = _interrupted(exc, debug=False)
-    # Everything the command opened is closed and output is flushed; what the interpreter would
-    # still do (free every object, a last cyclic collection) the kernel does at once on exit.
-    os._exit(code)
+    return code
+
+
+def _start_server_if_wanted() -> None:
+    """After a command that opened a store: start its resident server if none answers and
+    neither CKPT_SERVER nor the store's `server` setting is off (cli/server_spawn.py).
+    It never waits for the server, and never fails the command."""
+    opened = opened_store()
+    if opened is None:
+        return
+    try:
+        from ckpt.cli import server_spawn
+
+        store, setting = opened
+        if server_spawn.wanted(setting, os.environ.get("CKPT_SERVER")):
+            server_spawn.ensure_started(store)
+    except (Exception, KeyboardInterrupt):  # noqa: BLE001 - the command's result stands
+        pass
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -1,4 +1,9 @@
-"""Suite-wide hooks: the fault tally, gathered from pytest-xdist's workers when there are any.
+"""Suite-wide hooks: no resident servers unless a test asks; the fault tally, gathered from
+pytest-xdist's workers when there are any.
+
+Every test runs with CKPT_SERVER=off (`_no_resident_server`), so a `ckpt` subprocess never
+spawns a server that outlives it; a test of the server sets CKPT_SERVER itself (monkeypatch, or
+the env it hands a subprocess) and stops what it started.
 
 The fault suite (tests/faults) counts the faults it injects in `fault_helpers.TALLY`. Under
 xdist each worker process has its own tally; the workers hand theirs back when they finish and
@@ -17,6 +22,11 @@ import fault_helpers as h  # tests/faults is on pytest's `pythonpath`
 import pytest
 
 _WORKER_KEY = "ckpt_fault_tally"
+
+
+@pytest.fixture(autouse=True)
+def _no_resident_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CKPT_SERVER", "off")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

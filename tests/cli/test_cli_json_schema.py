@@ -214,4 +214,5 @@ def test_config_schema(initialized: Path, ckpt_in: CkptIn) -> None:
     out = doc(ckpt_in("config", "list", "--json"))
     check(out, {"compression_level": int, "threads": int, "fsync": str, "max_file_size": int,
                 "retention_cap": int, "extra_ignore": list, "use_gitignore": bool,
-                "gc_grace_seconds": int, "lock_timeout": float})
+                "gc_grace_seconds": int, "lock_timeout": float, "server": str,
+                "server_idle": float, "server_verify": float})
