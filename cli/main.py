@@ -21,7 +21,17 @@ from typing import Any, NoReturn
 import click
 
 from ckpt.cli import __version__, errors, log
-from ckpt.cli.commands import agents, history, maintenance, restore, schema, server, setup, snapshot, tune
+from ckpt.cli.commands import (
+    agents,
+    history,
+    maintenance,
+    restore,
+    schema,
+    server,
+    setup,
+    snapshot,
+    tune,
+)
 from ckpt.cli.context import State, find_root, opened_store, text_callback
 from ckpt.cli.render import delivered, reset_delivered
 
