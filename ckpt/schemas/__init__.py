@@ -41,6 +41,8 @@ USED_BY: dict[str, tuple[str, ...]] = {
     "config-list": ("config list",),
     "bench": ("bench",),
     "schema-list": ("schema",),
+    "server-status": ("server status", "server start"),
+    "server-stop": ("server stop",),
 }
 
 

@@ -26,6 +26,7 @@ import schema_check
 from jsonschema import Draft202012Validator
 
 from ckpt import schemas
+from ckpt.cli.commands.server import gone
 from ckpt.cli.main import cli
 from ckpt.objstore import ObjectStore, parse_oid
 
@@ -283,8 +284,10 @@ def test_a_tour_of_every_command_validates_each_output_kind(
                                            "checkpoint:prune", "workspace:moved",
                                            "catalog:rebuild"}
     assert {variant_of(e) for e in events} == set(event_variants())
-    # `event` is met through `events`; the rest each by its own command.
-    assert run.seen | {"event"} == set(schemas.names()) | {"(meta-schema)"}
+    # `event` is met through `events` (and the follow test), the server's two in the server
+    # test; the rest each by its own command.
+    assert run.seen | {"event", "server-status", "server-stop"} == {*schemas.names(),
+                                                                    "(meta-schema)"}
 
 
 def test_fsck_damage_validates(two_files: tuple[Path, str], ckpt_in: CkptIn) -> None:
@@ -361,3 +364,32 @@ def test_events_follow_lines_each_validate(initialized: Path, ckpt_in: CkptIn,
     assert schema_check.check_output(args, 0, out) == "event"
     assert [json.loads(line)["type"] for line in out.splitlines()] == [
         "checkpoint:create", "checkpoint:create", "checkpoint:restore"]
+
+
+def test_server_start_status_stop_validate(initialized: Path, ckpt_proc: Any) -> None:
+    """A real resident server: its status (a root with its watch state) and its stop."""
+    on = {"CKPT_SERVER": "on"}
+    seen: set[str] = set()
+
+    def run(*args: str) -> Any:
+        done = ckpt_proc(*args, env=on)
+        assert done.code == 0, (args, done.stderr)
+        seen.add(str(schema_check.check_output(args, done.code, done.stdout)))
+        return json.loads(done.stdout) if "--json" in args else done.stdout
+
+    assert run("server", "status", "--json") == {"running": False}
+    started = run("server", "start", "--json")
+    pid = started["pid"]
+    try:
+        run("create")  # served: the server opens the root, watched
+        status = run("server", "status", "--json")
+        assert status["pid"] == pid and status["requests"] >= 1
+        assert [r["root"] for r in status["roots"]] == [str(initialized)]
+        watch = status["roots"][0]["watch"]
+        assert isinstance(watch, dict)  # the pool opens roots with watch=True
+        assert run("server", "stop", "--json") == {"stopped": True, "pid": pid}
+        assert run("server", "stop", "--json") == {"stopped": False, "pid": None}
+    finally:
+        if not gone(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert seen >= {"server-status", "server-stop"}
