@@ -29,22 +29,22 @@ def schema(name: str | None, as_json: bool) -> None:
     (record.json#/$defs/time), so keep them together in one folder. With --json and no NAME:
     the names as a JSON array.
     """
-    from ckpt import schemas
     from ckpt.cli.errors import USAGE, CliError
+    from ckpt.schemas import UnknownSchema, names, text
 
     if name is None:
         if as_json:
-            write_json(list(schemas.names()))
+            write_json(list(names()))
         else:
-            write_lines(schemas.names())
+            write_lines(names())
         return
     try:
-        text = schemas.text(name)
-    except schemas.UnknownSchema:
+        found = text(name)
+    except UnknownSchema:
         shown = name.encode("utf-8", "backslashreplace").decode()
-        raise CliError(f"unknown schema {shown!r}: the schemas are "
-                       f"{', '.join(schemas.names())}", code=USAGE) from None
-    sys.stdout.write(text)
+        raise CliError(f"unknown schema {shown!r}: the schemas are {', '.join(names())}",
+                       code=USAGE) from None
+    sys.stdout.write(found)
     sys.stdout.flush()
 
 

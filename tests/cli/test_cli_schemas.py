@@ -393,3 +393,15 @@ def test_server_start_status_stop_validate(initialized: Path, ckpt_proc: Any) ->
         if not gone(pid):
             os.kill(pid, signal.SIGKILL)
     assert seen >= {"server-status", "server-stop"}
+
+
+def test_ckpt_schema_lists_prints_and_refuses_an_unknown_name(ckpt_in: CkptIn) -> None:
+    """No store needed; the names one a line; a schema printed as its file; exit 2 else."""
+    listed = ckpt_in("schema")
+    assert listed.code == 0 and listed.stdout.split() == list(schemas.names())
+    for name in ("record", "event"):
+        shown = ckpt_in("schema", name)
+        assert shown.code == 0 and shown.stdout == schemas.text(name)
+    bad = ckpt_in("schema", "recrod")
+    assert bad.code == 2 and bad.stdout == ""
+    assert bad.stderr.startswith("ckpt: error: unknown schema 'recrod': the schemas are bench,")
