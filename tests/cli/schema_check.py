@@ -1,7 +1,7 @@
 """Validate what a `ckpt ... --json` run printed against the schema its command ships with.
 
-`checked(args, run)` is called by the `ckpt_in` / `ckpt_proc` fixtures of tests/cli/conftest.py
-for every run, so each `--json` stdout any CLI test produces is validated. The schema is chosen
+The `ckpt_in` / `ckpt_proc` fixtures of tests/cli/conftest.py return their runner through
+`validating`, so each `--json` stdout any CLI test produces is validated. The schema is chosen
 from the command line through `ckpt.schemas.USED_BY` (`diff --patch` -> `diff-patch`); a
 command that takes `--json` but has no schema there fails the run. `schema NAME --json` prints
 a schema: it must be a valid Draft 2020-12 schema and the shipped file.
@@ -10,7 +10,7 @@ a schema: it must be a valid Draft 2020-12 schema and the shipped file.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Protocol, TypeVar
@@ -184,6 +184,15 @@ def check_output(args: Sequence[str], code: int, stdout: str) -> str | None:
 
 
 def checked(args: Sequence[str], run: R) -> R:
-    """`run` (a conftest `Run`) after validating its stdout; the fixtures return it."""
+    """`run` (a conftest `Run`) after validating its stdout."""
     check_output(args, run.code, run.stdout)
+    return run
+
+
+def validating(runner: Callable[..., R]) -> Callable[..., R]:
+    """A fixture's `run(*args, **options)` that validates each run's stdout (both fixtures
+    of tests/cli/conftest.py return their runner through this)."""
+    def run(*args: str, **options: Any) -> R:
+        return checked(args, runner(*args, **options))
+
     return run
