@@ -100,7 +100,7 @@ def test_list_scope_is_explicit_beside_what_stats_counts(initialized: Path, run:
     assert listed(run, "--all-sessions") == [mine, theirs]  # this root only
     assert listed(run, "--all-sessions", "--all-roots") == [mine, theirs, away.stdout.strip()]
     table = run("list", "--all-sessions", "--all-roots").stdout.splitlines()
-    assert table[0].split()[:5] == ["id", "created", "(UTC)", "root", "session"]
+    assert table[0].split()[:6] == ["id", "created", "(UTC)", "age", "root", "session"]
     assert str(elsewhere) in table[3]
     stats = json.loads(run("stats", "--json").stdout)
     assert stats["checkpoints"] == 3
