@@ -7,7 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.checkpoints import Checkpoints, NothingMatched, NothingToUndo, RestoreOptions
+from ckpt.checkpoints import (
+    Checkpoints,
+    NothingMatched,
+    NothingToUndo,
+    RestoreOptions,
+    RestoreReport,
+)
+
+
+def _a_then_b(cp: Checkpoints, ws: Path, options: RestoreOptions | None = None) -> RestoreReport:
+    """f is "a" at a checkpoint, then "b"; the restore of that checkpoint (`options`)."""
+    (ws / "f").write_text("a")
+    first = cp.create()
+    (ws / "f").write_text("b")
+    return cp.restore(first.id, options)
 
 
 def _state(ws: Path) -> dict[str, str]:
@@ -63,19 +77,13 @@ def test_nothing_to_undo_without_a_restore(cp: Checkpoints, ws: Path) -> None:
 
 
 def test_a_no_save_restore_is_not_undoable(cp: Checkpoints, ws: Path) -> None:
-    (ws / "f").write_text("a")
-    first = cp.create()
-    (ws / "f").write_text("b")
-    cp.restore(first.id, RestoreOptions(save=False))
+    _a_then_b(cp, ws, RestoreOptions(save=False))
     with pytest.raises(NothingToUndo):
         cp.undo()
 
 
 def test_undo_dry_run_changes_nothing(cp: Checkpoints, ws: Path) -> None:
-    (ws / "f").write_text("a")
-    first = cp.create()
-    (ws / "f").write_text("b")
-    restored = cp.restore(first.id)
+    restored = _a_then_b(cp, ws)
     count = len(cp.list())
     report = cp.undo(dry_run=True)
     assert report.dry_run and report.undid == restored.pre_restore
@@ -117,10 +125,7 @@ def test_undo_reaches_a_restore_made_in_another_session(ws: Path) -> None:
 
 
 def test_undo_event_names_what_it_undid(cp: Checkpoints, ws: Path) -> None:
-    (ws / "f").write_text("a")
-    first = cp.create()
-    (ws / "f").write_text("b")
-    restored = cp.restore(first.id)
+    restored = _a_then_b(cp, ws)
     cp.undo()
     events = cp.events(type="checkpoint:restore")
     assert [e.data["undid"] for e in events] == [None, restored.pre_restore]

@@ -328,7 +328,7 @@ def test_restore_json_keys_no_save_and_path(initialized: Path, ckpt_in: CkptIn) 
         "id": a, "written": 1, "deleted": 0, "dirs_created": 0, "dirs_removed": 0,
         "unchanged": json.loads(run.stdout)["unchanged"], "bytes_written": 5,
         "pre_restore": None, "discarded": [], "conflicts": [], "not_captured": [],
-        "later_tracked": []}
+        "later_tracked": [], "undid": None, "target": None}
     assert (initialized / "sub" / "b.txt").read_text() == "beta\n"
     assert (initialized / "a.txt").read_text() == "changed\n"
 
