@@ -304,6 +304,7 @@ class DirTable:
 
     def __setitem__(self, key: bytes, record: DirRecord) -> None:
         self._records[key] = record
+        self._wire.pop(key, None)  # stale now: `take` copies a stored form where it finds one
 
     def __contains__(self, key: object) -> bool:
         return key in self._records or key in self._wire

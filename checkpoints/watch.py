@@ -220,7 +220,8 @@ class Watcher:
         self._generation = 0
         self._overflows = 0
         self._last_fallback: str | None = None
-        self._seen: set[bytes] = set()
+        self._seen: set[bytes] = set()  # cookies seen that a scan still waits for
+        self._waiting: set[bytes] = set()
         self._seq = 0
         self._cookie_wd: int | None = None
         self._cookie_dir = b""
@@ -239,6 +240,7 @@ class Watcher:
         self._gate: threading.Lock | None = None
         self._paused = threading.Event()
         self._cookie_id: tuple[int, int] | None = None
+        self._queue: int | None = None
         self._start()
 
     # -- setting up --------------------------------------------------------------------
@@ -255,6 +257,7 @@ class Watcher:
             self._read_mounts()
             if self._inactive is not None:
                 return
+            self._queue = _read_int(_MAX_QUEUED)  # as this instance gets it
             self._inotify = inotify_simple.INotify(nonblocking=True)
         except OSError as exc:
             self._inactive = f"inotify unavailable: {exc.strerror}"
@@ -482,15 +485,16 @@ class Watcher:
             for wd, mask, name in special:
                 self._special(wd, mask, name)
             if cookies:
-                self._seen.update(cookies)
+                self._seen.update(name for name in cookies if name in self._waiting)
                 self._cond.notify_all()
 
     def _special(self, wd: int, mask: int, name: bytes) -> None:
         if mask & IN_Q_OVERFLOW:
             self._overflows += 1
             self._generation += 1
-            self._fallback("event queue overflow (fs.inotify.max_queued_events="
-                           f"{_read_int(_MAX_QUEUED)}): the next snapshot walks everything")
+            self._fallback(f"event queue overflow (fs.inotify.max_queued_events={self._queue}):"
+                           " the next snapshot walks everything")
+            self._cond.notify_all()
             return
         if wd == self._cookie_wd and wd != self._root_wd:
             if mask & (_SELF_GONE | IN_IGNORED):
@@ -540,18 +544,28 @@ class Watcher:
             self._seq += 1
             name = self._cookie_prefix + b"%d-%d" % (os.getpid(), self._seq)
             path = self._cookie_dir + b"/" + name
+            generation = self._generation
+            self._waiting.add(name)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                          | os.O_CLOEXEC, 0o600)
             os.close(fd)
             os.unlink(path)
         except OSError as exc:
+            with self._cond:
+                self._waiting.discard(name)
             return f"cookie {os.fsdecode(path)}: {exc.strerror}"
+        # An overflow drops events, the cookie's maybe: it ends the wait (a full walk follows).
         with self._cond:
-            seen = self._cond.wait_for(lambda: name in self._seen or self._closed,
-                                       COOKIE_TIMEOUT)
-            self._seen.discard(name)
-        return None if seen and not self._closed else "cookie not seen in time"
+            self._cond.wait_for(lambda: name in self._seen or self._closed
+                                or self._generation != generation, COOKIE_TIMEOUT)
+            self._waiting.discard(name)
+            if name in self._seen:
+                self._seen.discard(name)
+                return None
+            if self._generation != generation:
+                return "event queue overflow during the cookie sync"
+        return "cookie not seen in time"
 
     # -- what scans ask ----------------------------------------------------------------------
 
@@ -655,14 +669,15 @@ class Watcher:
             client.unsaved = unsaved
             if ticket.full and ticket.generation == self._generation:
                 client.trusted_generation = ticket.generation
-        if new or ticket.full:
-            self._find_links(keys if ticket.full else new)
+            listed = [] if ticket.view is None else \
+                [key for key in ticket.view.dirty if key not in self._linked]
+        self._find_links(keys if ticket.full else new + listed)
 
     def _find_links(self, keys: list[bytes]) -> None:
         """Mark the directories of `keys` that hold a file of several links (outside the
         lock: one lstat per file)."""
         found: list[bytes] = []
-        for key in keys:
+        for key in keys if self._inactive is None else ():
             try:
                 with os.scandir(self._path(key)) as entries:
                     for entry in entries:

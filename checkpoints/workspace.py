@@ -29,7 +29,7 @@ from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, new
 from ckpt.checkpoints.paths import RelPath, parse_relpath, user_path_to_rel
 from ckpt.checkpoints.retention import select_over_cap
 from ckpt.checkpoints.scan import ProgressFn, ScanOptions, ScanResult, scan_paths, scan_workspace
-from ckpt.checkpoints.statcache import StatCache, read_stat_cache, write_stat_cache
+from ckpt.checkpoints.statcache import DirTable, StatCache, read_stat_cache, write_stat_cache
 from ckpt.checkpoints.writing import LockedRoot, naming
 from ckpt.objstore import EntryKind, ObjectId, ObjectStore, TreeEntry
 
@@ -323,7 +323,7 @@ class Workspace:
             write_stat_cache(self.cache_path, cache)
         cache.dirty = False  # saved: saving it again would change nothing
         if self.watch is not None:
-            self._cache_memo = (self._cache_file_key(), cache)
+            self._cache_memo = (self._cache_file_key(), _as_stored(cache))
             self.watch.saved()
 
     def _cache_file_key(self) -> CacheFileKey:
@@ -390,6 +390,15 @@ class Workspace:
         self.catalog.add_checkpoint(record, event=event)
         self.after_commit(event, cap=keep)
         return record
+
+
+def _as_stored(cache: StatCache) -> StatCache:
+    """`cache` as a read of the files just saved from it gives it: every record in its stored
+    form. A record changed in place (a restore teaches the cache so) would otherwise differ
+    from the stored form a later scan copies (`DirTable.take`)."""
+    return StatCache(DirTable(cache.dirs.to_wire()), cache.gc_generation, cache.settings,
+                     needs_verification=cache.needs_verification, dirty=False,
+                     ignore_translations=cache.ignore_translations, base=cache.base)
 
 
 def _file_key(path: str) -> tuple[int, ...] | None:

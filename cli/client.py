@@ -16,20 +16,22 @@ never a requirement, and the library re-resolves whatever the client guessed. Af
 the command is the server's: a lost connection is exit 6 with one line, never a second run.
 
 This module runs on every CLI call before anything else is imported: it imports only `os`,
-`sys`, `_socket` (through wire) and `_signal` (not `signal`: it imports enum), never click,
-json or anything of `ckpt.checkpoints` (tests/cli/test_client_imports.py checks).
+`sys`, `_signal` (not `signal`: it imports enum) and, once a socket file is there, `wire` and
+its `_socket`; never click, json or anything of `ckpt.checkpoints`
+(tests/cli/test_client_imports.py checks). Without a server the cold path costs a few stats.
 """
 
 import os
 import sys
 
 from ckpt import __version__
-from ckpt.cli import wire
 
 TYPE_CHECKING = False  # not typing's: importing typing is what this module must not pay for
 if TYPE_CHECKING:
     import signal as _signal  # the same functions, with stubs
     from collections.abc import Mapping, Sequence
+
+    from ckpt.cli import wire
 else:
     import _signal
 
@@ -46,6 +48,9 @@ LOST_MESSAGE = ("ckpt: error: the ckpt server stopped during the command; run it
 HELLO_TIMEOUT = 2.0  # seconds for connect and HELLO: a wedged server costs this, then in-process
 FORWARDED_SIGNALS = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP)
 
+SERVER_DIR = "server"  # wire.SERVER_DIR
+SOCKET_NAME = "sock"  # wire.SOCKET_NAME
+
 _FLAGS = frozenset(("--debug", "--no-progress", "--verbose"))
 _VALUED = frozenset(("--root", "--store", "--session"))
 
@@ -55,7 +60,7 @@ def run(argv: "Sequence[str]") -> int | None:
     args = list(argv[1:])
     if args == ["--version"]:
         return _print_version()
-    if os.environ.get("CKPT_SERVER", "auto") not in ("auto", "on"):
+    if os.environ.get("CKPT_SERVER", "").strip().lower() == "off":  # as server_spawn.wanted
         return None
     try:
         store = find_store(args, os.environ)
@@ -63,7 +68,10 @@ def run(argv: "Sequence[str]") -> int | None:
         return None
     if store is None:
         return None
-    return _serve(wire.socket_path(store), args)
+    path = os.path.join(store, SERVER_DIR, SOCKET_NAME)  # wire.socket_path(store)
+    if not os.path.exists(path):  # no server: the cold path does not even load the socket module
+        return None
+    return _serve(path, args)
 
 
 def _print_version() -> int:
@@ -183,6 +191,8 @@ def _read_small(path: str) -> bytes | None:
 # -- the conversation ---------------------------------------------------------------------------
 
 def _serve(path: str, args: list[str]) -> int | None:
+    from ckpt.cli import wire
+
     try:
         sock = wire.connect(path, timeout=HELLO_TIMEOUT)
     except OSError:  # no server (ENOENT), a stale socket (ECONNREFUSED), anything else
@@ -196,9 +206,11 @@ def _serve(path: str, args: list[str]) -> int | None:
         channel.close()
 
 
-def _greet(channel: wire.Channel, path: str) -> bool:
+def _greet(channel: "wire.Channel", path: str) -> bool:
     """Whether the peer is this user's server of this very version (HELLO both ways). A server
     of another version is asked to stop when idle (QUIT), so the next call can start a new one."""
+    from ckpt.cli import wire
+
     try:
         channel.sock.settimeout(HELLO_TIMEOUT)
         uid = wire.peer_uid(channel.sock)
@@ -209,7 +221,7 @@ def _greet(channel: wire.Channel, path: str) -> bool:
         mine = wire.hello_fields()
         channel.send(wire.HELLO, mine)
         kind, fields, fds = channel.recv()
-        _close_all(fds)
+        wire.close_fds(fds)
         if kind != wire.HELLO:
             return False
         if fields != mine:
@@ -221,10 +233,12 @@ def _greet(channel: wire.Channel, path: str) -> bool:
         return False
 
 
-def _request(channel: wire.Channel, args: list[str]) -> int | None:
+def _request(channel: "wire.Channel", args: list[str]) -> int | None:
     """Send the request and, once the server accepted it, wait for its exit code. The signal
     handlers are in place before the request leaves: a signal before ACCEPTED is held, then
     delivered as it would have been in-process (DECLINE) or forwarded (ACCEPTED)."""
+    from ckpt.cli import wire
+
     relay = _Relay(channel)
     if not relay.install():
         return None
@@ -234,7 +248,7 @@ def _request(channel: wire.Channel, args: list[str]) -> int | None:
             fields = wire.request_fields(os.getcwd(), args, wire.env_items(os.environb))
             channel.send(wire.REQUEST, fields, fds=(0, 1, 2))
             kind, _, fds = channel.recv()
-            _close_all(fds)
+            wire.close_fds(fds)
         except (OSError, EOFError, wire.ProtocolError):
             return None
         if kind != wire.ACCEPTED:  # DECLINE (or nonsense): the command is ours to run
@@ -246,12 +260,14 @@ def _request(channel: wire.Channel, args: list[str]) -> int | None:
         relay.restore(deliver=not accepted)
 
 
-def _wait(channel: wire.Channel) -> int:
+def _wait(channel: "wire.Channel") -> int:
     """The EXIT code of the accepted request; SERVER_LOST when the connection ends without one."""
+    from ckpt.cli import wire
+
     while True:
         try:
             kind, fields, fds = channel.recv()
-            _close_all(fds)
+            wire.close_fds(fds)
             if kind != wire.EXIT:
                 continue
             if len(fields) != 1:
@@ -271,7 +287,7 @@ class _Relay:
 
     __slots__ = ("channel", "live", "pending", "previous")
 
-    def __init__(self, channel: wire.Channel) -> None:
+    def __init__(self, channel: "wire.Channel") -> None:
         self.channel = channel
         self.pending: list[int] = []
         self.live = False
@@ -293,6 +309,8 @@ class _Relay:
         self._send(signum)
 
     def _send(self, signum: int) -> None:
+        from ckpt.cli import wire
+
         try:
             self.channel.send(wire.INTERRUPT, [str(signum).encode("ascii")])
         except (OSError, wire.ProtocolError):
@@ -317,14 +335,6 @@ class _Relay:
         for signum, handler in self.previous.items():
             _signal.signal(signum, handler)
         self.previous.clear()
-
-
-def _close_all(fds: "Sequence[int]") -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
 
 
 def _say(text: str) -> None:

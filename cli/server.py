@@ -110,8 +110,10 @@ class Server:
                  .encode())
         return fd
 
-    def bind(self) -> None:
-        """Bind the socket; a socket file nobody answers on is stale (a killed server)."""
+    def bind(self) -> bool:
+        """Bind the socket; a socket file nobody answers on is stale (a killed server).
+        False: something answers there without holding the lock (its lock file was removed):
+        it is left alone."""
         try:
             wire.connect(self.path, timeout=1.0).close()
         except FileNotFoundError:
@@ -120,7 +122,8 @@ class Server:
             log.info("removing stale socket %s", self.path)
             os.unlink(self.path)
         else:
-            raise RuntimeError(f"a server without the lock answers on {self.path}")
+            log.warning("a server without the lock answers on %s: not starting", self.path)
+            return False
         umask = os.umask(0o077)
         try:
             raw = wire.bind(self.path)
@@ -129,6 +132,7 @@ class Server:
             os.umask(umask)
         st = os.stat(self.path)
         self.bound = (st.st_dev, st.st_ino)
+        return True
 
     def read_settings(self) -> str:
         """`server_idle`, `server_verify` from the store's config; returns `server`."""
@@ -252,7 +256,7 @@ class Server:
         except OSError:
             log.info("client of request %d gone before it was accepted: dropped", pending.id)
             close_all(pending.fds)
-            pending.channel.close()
+            hang_up(pending.channel)
             return
         watcher = threading.Thread(target=self.watch_interrupts, args=(pending,), daemon=True)
         watcher.start()
@@ -284,12 +288,16 @@ class Server:
             pending.channel.send(wire.EXIT, [str(code).encode()])
         except OSError:
             log.info("client of request %d gone before its exit code", pending.id)
-        pending.channel.close()
+        hang_up(pending.channel)  # also ends watch_interrupts' read
         self.pool.settle()
         self.last_activity = time.monotonic()
 
     def loop(self) -> None:
+        """Run requests until asked to stop (after the one running: `stop` declines what is
+        queued), the idle time runs out, or the socket is gone."""
         while True:
+            if self.quit_when_idle:
+                return
             try:
                 pending = self.queue.get(timeout=TICK)
             except queue.Empty:
@@ -304,8 +312,6 @@ class Server:
                 else:
                     self.run_one(pending)
                 continue
-            if self.quit_when_idle:
-                return
             now = time.monotonic()
             if self.idle and now - self.last_activity >= self.idle:
                 log.info("idle for %.0f s: exiting", now - self.last_activity)
@@ -373,15 +379,20 @@ class Server:
     # -- the whole life ------------------------------------------------------------------
 
     def serve(self) -> int:
+        import gc
+
+        gc.enable()  # a long life (`ckpt` itself runs without the collector)
         lock = self.take_lock()
         if lock is None:
             return 0  # another server runs for this store
         try:
+            os.chdir("/")  # hold no workspace directory (each request enters its client's)
             self.setup_log()
             if self.read_settings() == "off":
                 log.info("server = off for this store: not starting")
                 return 0
-            self.bind()
+            if not self.bind():
+                return 0
             signal.signal(signal.SIGINT, self.on_sigint)
             signal.signal(signal.SIGTERM, self.on_sigterm)
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -409,6 +420,15 @@ class Server:
             log.addHandler(logging.StreamHandler(sys.__stderr__))
         log.setLevel(logging.INFO)
         log.propagate = False
+
+
+def hang_up(channel: wire.Channel) -> None:
+    """Shut the connection down (a thread blocked reading it gets EOF), then close it."""
+    try:
+        channel.sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    channel.close()
 
 
 def main(argv: list[str] | None = None) -> int:

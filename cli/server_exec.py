@@ -152,12 +152,12 @@ def _identity(service: Checkpoints) -> tuple[int, ...]:
 
 def _stream(fd: int, *, write: bool, encoding: str, errors: str,
             line_buffering: bool) -> TextIO:
-    """A text stream on a received descriptor, built as CPython builds sys.std* at start."""
-    raw = io.FileIO(fd, "w" if write else "r", closefd=True)
-    buffered: Any = io.BufferedWriter(raw) if write else io.BufferedReader(raw)
+    """A text stream on a received descriptor, built as CPython builds sys.std* at start
+    (buffered by the descriptor's block size, newlines as written)."""
+    buffered: Any = open(fd, "wb" if write else "rb", buffering=-1,  # noqa: SIM115
+                         closefd=True)
     stream: TextIO = io.TextIOWrapper(buffered, encoding=encoding, errors=errors,
-                                      line_buffering=line_buffering,
-                                      newline="\n" if write else None)
+                                      newline="\n", line_buffering=line_buffering)
     return stream
 
 

@@ -22,12 +22,10 @@ MODES = ("auto", "on", "off")
 
 
 def wanted(setting: str, env: str | None) -> bool:
-    """CKPT_SERVER=off never starts one, =on always; else the store's `server` setting."""
-    value = (env or "").strip().lower()
-    if value == "off":
+    """CKPT_SERVER=off never starts one; else the store's `server` setting decides (`auto`
+    and `on` are the same: a server refuses to run for a store that says `off`)."""
+    if (env or "").strip().lower() == "off":
         return False
-    if value == "on":
-        return True
     return setting != "off"
 
 

@@ -241,6 +241,12 @@ _CMSG_CLOEXEC = getattr(_socket, "MSG_CMSG_CLOEXEC", 0)
 _ANCBUF = _socket.CMSG_SPACE(_FD_BYTES)
 
 
+def close_fds(fds: "Sequence[int]") -> None:
+    """Close received fds, ignoring those already closed."""
+    for fd in fds:
+        _close_quietly(fd)
+
+
 def _close_quietly(fd: int) -> None:
     try:
         os.close(fd)

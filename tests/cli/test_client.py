@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.cli import client, wire
+from ckpt.cli import client, errors, wire
 
 Script = Callable[[wire.Channel, "Seen"], None]
 
@@ -89,14 +89,28 @@ def close_all(fds: list[int]) -> None:
         os.close(fd)
 
 
+def answering(*frames: tuple[bytes, list[bytes]]) -> Script:
+    """A script: HELLO, take the REQUEST (closing its fds), send `frames`, hang up."""
+
+    def script(channel: wire.Channel, seen: Seen) -> None:
+        greet(channel)
+        close_all(take_request(channel, seen))
+        for kind, fields in frames:
+            channel.send(kind, fields)
+
+    return script
+
+
 @pytest.fixture
 def store_ws(tmp_path: Path, env_for: Callable[..., dict[str, str]]) -> Path:
-    """A workspace with a store inside and one checkpoint (made with no server around)."""
+    """A workspace with a store inside and one checkpoint (made with no server around). Its
+    `server` setting is off, so a command the client runs in-process never spawns a real
+    server (the client itself does not read the setting: it asks whatever socket is there)."""
     root = (tmp_path / "ws").resolve()
     root.mkdir()
     (root / "a.txt").write_text("alpha\n")
     off = env_for({"CKPT_SERVER": "off"})
-    for args in (["init"], ["create", "-m", "first"]):
+    for args in (["init"], ["config", "set", "server", "off"], ["create", "-m", "first"]):
         done = subprocess.run([sys.executable, "-m", "ckpt", *args], cwd=root, env=off,
                               capture_output=True, check=False, timeout=60)
         assert done.returncode == 0, done.stderr
@@ -131,14 +145,29 @@ def in_process(root: Path, env_for: Callable[..., dict[str, str]],
                           check=False, timeout=60)
 
 
+def signalled_client(root: Path, env_for: Callable[..., dict[str, str]],
+                     moment: threading.Event, signum: int,
+                     then: threading.Event | None = None) -> tuple[int, bytes, bytes]:
+    """Run `ckpt list` as a client; send it `signum` once `moment` is set (then set `then`)."""
+    proc = subprocess.Popen([sys.executable, "-m", "ckpt", "list"], cwd=root,
+                            env=env_for({"CKPT_SERVER": "auto"}), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert moment.wait(60)
+        proc.send_signal(signum)
+        if then is not None:
+            then.set()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out, err
+
+
 def test_decline_runs_the_command_in_process(store_ws: Path, serve: Callable[[Script], FakeServer],
                                              env_for: Callable[..., dict[str, str]]) -> None:
-    def script(channel: wire.Channel, seen: Seen) -> None:
-        greet(channel)
-        close_all(take_request(channel, seen))
-        channel.send(wire.DECLINE, [b"local"])
-
-    server = serve(script)
+    server = serve(answering((wire.DECLINE, [b"local"])))
     done = run_client(store_ws, env_for, "list", "--json")
     server.stop()
     expected = in_process(store_ws, env_for, "list", "--json")
@@ -178,15 +207,10 @@ def test_accepted_request_carries_cwd_argv_env_and_exits_with_the_servers_code(
 def test_connection_lost_after_accepted_is_exit_6_and_never_a_second_run(
         store_ws: Path, serve: Callable[[Script], FakeServer],
         env_for: Callable[..., dict[str, str]]) -> None:
-    def script(channel: wire.Channel, seen: Seen) -> None:
-        greet(channel)
-        close_all(take_request(channel, seen))
-        channel.send(wire.ACCEPTED, [b"1"])
-
-    server = serve(script)
+    server = serve(answering((wire.ACCEPTED, [b"1"])))
     done = run_client(store_ws, env_for, "list", "--json")
     server.stop()
-    assert done.returncode == 6 == client.SERVER_LOST
+    assert done.returncode == 6 == client.SERVER_LOST == errors.SERVER_LOST
     assert done.stdout == b""  # the command did not run in the client as well
     assert done.stderr == (b"ckpt: error: the ckpt server stopped during the command; run it "
                            b"again (an interrupted restore is completed by the next call)\n")
@@ -256,20 +280,10 @@ def test_a_signal_after_accepted_is_forwarded_as_interrupt(
         channel.send(wire.EXIT, [b"130"])
 
     server = serve(script)
-    proc = subprocess.Popen([sys.executable, "-m", "ckpt", "list"], cwd=store_ws,
-                            env=env_for({"CKPT_SERVER": "auto"}), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    try:
-        assert accepted.wait(60)
-        proc.send_signal(signum)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    code, out, err = signalled_client(store_ws, env_for, accepted, signum)
     server.stop()
     assert server.seen.frames == [(wire.INTERRUPT, [str(int(signum)).encode()])]
-    assert (proc.returncode, out, err) == (130, b"", b"")
+    assert (code, out, err) == (130, b"", b"")
 
 
 def test_a_ctrl_c_before_the_answer_then_decline_is_an_in_process_interrupt(
@@ -284,46 +298,31 @@ def test_a_ctrl_c_before_the_answer_then_decline_is_an_in_process_interrupt(
         channel.send(wire.DECLINE, [b"busy-shutdown"])
 
     server = serve(script)
-    proc = subprocess.Popen([sys.executable, "-m", "ckpt", "list"], cwd=store_ws,
-                            env=env_for({"CKPT_SERVER": "auto"}), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    try:
-        assert server.seen.got_request.wait(60)
-        proc.send_signal(signal.SIGINT)
-        may_answer.set()
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    code, out, err = signalled_client(store_ws, env_for, server.seen.got_request,
+                                      signal.SIGINT, then=may_answer)
     server.stop()
-    assert (proc.returncode, out, err) == (130, b"", b"ckpt: error: interrupted\n")
+    assert (code, out, err) == (130, b"", b"ckpt: error: interrupted\n")
 
 
 def test_exit_code_and_message_of_a_malformed_exit_frame(
         store_ws: Path, serve: Callable[[Script], FakeServer],
         env_for: Callable[..., dict[str, str]]) -> None:
-    def script(channel: wire.Channel, seen: Seen) -> None:
-        greet(channel)
-        close_all(take_request(channel, seen))
-        channel.send(wire.ACCEPTED, [b"1"])
-        channel.send(wire.EXIT, [b"999"])
-
-    server = serve(script)
+    server = serve(answering((wire.ACCEPTED, [b"1"]), (wire.EXIT, [b"999"])))
     done = run_client(store_ws, env_for, "list")
     server.stop()
     assert done.returncode == 6
     assert done.stderr.startswith(b"ckpt: error: the ckpt server stopped")
 
 
+@pytest.mark.parametrize("off", ["off", " OFF "])
 def test_server_off_never_connects(store_ws: Path, serve: Callable[[Script], FakeServer],
-                                   env_for: Callable[..., dict[str, str]]) -> None:
+                                   env_for: Callable[..., dict[str, str]], off: str) -> None:
     def script(channel: wire.Channel, seen: Seen) -> None:
         kind, fields, _ = channel.recv()
         seen.frames.append((kind, fields))
 
     server = serve(script)
-    done = in_process(store_ws, env_for, "list", "--json")
+    done = run_client(store_ws, env_for, "list", "--json", extra={"CKPT_SERVER": off})
     assert done.returncode == 0
     wire.Channel(wire.connect(wire.socket_path(str(store_ws / ".ckpt")))).send(wire.STATUS)
     server.stop()
@@ -363,3 +362,7 @@ def test_a_socket_of_another_user_is_refused_with_a_warning(
     assert (done.returncode, done.stdout) == (0, expected.stdout)
     assert done.stderr.startswith(b"ckpt: warning: not using the server socket")
     assert b"uid 65534" in done.stderr
+
+
+def test_the_client_and_the_error_table_agree_on_server_lost() -> None:
+    assert client.SERVER_LOST == errors.SERVER_LOST

@@ -523,3 +523,63 @@ def test_a_lost_catalog_is_rebuilt_through_the_server_as_in_process(
     later = served(store, ["create", "-m", "later"], ws, tmp_path)[2].strip()
     listed = json.loads(ckpt("list", "--json", cwd=ws).stdout)  # in its own process
     assert [r["id"] for r in listed] == [made, later]
+
+
+def test_stop_lets_the_running_request_finish(ws: Path, tmp_path: Path,
+                                              servers: Servers) -> None:
+    store = store_of(ws)
+    pid = servers.start(ws)["pid"]
+    marker = Path(wire.server_dir(store)) / "paused-run"
+    with open(tmp_path / "out", "wb") as out, open(os.devnull, "rb") as stdin:
+        channel = send_request(store, ["create", "-m", "during stop"], ws,
+                               [stdin.fileno(), out.fileno(), out.fileno()],
+                               extra_env={"CKPT_SERVER_TEST_PAUSE": "run"})
+    assert channel.recv()[0] == wire.ACCEPTED
+    wait_until(marker.exists, "the request to pause")
+    env = dict(os.environ, CKPT_SERVER="off")
+    stopping = subprocess.Popen([PY, "-m", "ckpt", "server", "stop"], cwd=ws, env=env,
+                                stdout=subprocess.PIPE, text=True)
+    log = Path(wire.server_dir(store)) / "log"
+    wait_until(lambda: "asked to stop" in log.read_text(), "the stop request")
+    assert stopping.poll() is None and alive(pid)  # waiting for the request
+    marker.unlink()
+    assert channel.recv()[:2] == (wire.EXIT, [b"0"])
+    out_text, _ = stopping.communicate(timeout=120)
+    assert stopping.returncode == 0 and f"pid {pid}" in out_text
+    assert not alive(pid)
+    assert [r["label"] for r in json.loads(ckpt("list", "--json", cwd=ws).stdout)] == [
+        "during stop"]
+
+
+def test_foreground_server_serves_and_stops_on_sigint(ws: Path, tmp_path: Path,
+                                                      servers: Servers) -> None:
+    env = dict(os.environ, CKPT_SERVER="off")
+    proc = subprocess.Popen([PY, "-m", "ckpt", "server", "start", "--foreground"], cwd=ws,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    servers.pids.add(proc.pid)
+    wait_until(lambda: status(ws)["running"], "the foreground server")
+    assert status(ws)["pid"] == proc.pid
+    assert served(store_of(ws), ["list"], ws, tmp_path)[1] == 0
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    assert "request 1: list -> exit 0" in err  # the log on its stderr too
+    assert status(ws) == {"running": False}
+
+
+def test_a_request_runs_with_the_clients_env_not_the_servers(
+        ws: Path, tmp_path: Path, servers: Servers, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CKPT_SESSION", "servers-own")  # the env the server is started with
+    servers.start(ws)
+    monkeypatch.delenv("CKPT_SESSION")
+    store = store_of(ws)
+    assert served(store, ["create", "-m", "plain"], ws, tmp_path)[1] == 0
+    with open(os.devnull, "wb") as sink, open(os.devnull, "rb") as stdin:
+        channel = send_request(store, ["create", "-m", "s1"], ws,
+                               [stdin.fileno(), sink.fileno(), sink.fileno()],
+                               extra_env={"CKPT_SESSION": "s1"})
+        assert channel.recv()[0] == wire.ACCEPTED
+        assert channel.recv()[:2] == (wire.EXIT, [b"0"])
+    listed = json.loads(ckpt("list", "--all-sessions", "--json", cwd=ws).stdout)
+    assert sorted((r["label"], r["session"]) for r in listed) == [
+        ("plain", "default"), ("s1", "s1")]
