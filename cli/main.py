@@ -21,7 +21,17 @@ from typing import Any, NoReturn
 import click
 
 from ckpt.cli import __version__, errors, log
-from ckpt.cli.commands import agents, history, maintenance, restore, server, setup, snapshot, tune
+from ckpt.cli.commands import (
+    agents,
+    history,
+    maintenance,
+    restore,
+    schema,
+    server,
+    setup,
+    snapshot,
+    tune,
+)
 from ckpt.cli.context import State, find_root, opened_store, text_callback
 from ckpt.cli.render import delivered, reset_delivered
 
@@ -153,7 +163,7 @@ def _start_logging(ctx: click.Context, verbose: int) -> None:
         ctx.call_on_close(log.attach(level, sys.stderr))
 
 
-for _module in (setup, snapshot, restore, maintenance, tune, agents, server):
+for _module in (setup, snapshot, restore, maintenance, tune, schema, agents, server):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 cli.add_command(history.undo)

@@ -12,6 +12,7 @@ skips it and `.ci/run` runs it on its own (`python -m pytest -m packaging`).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -54,6 +55,40 @@ def test_wheel_holds_only_the_ckpt_package(wheel: Path) -> None:
                      "ckpt/checkpoints/__init__.py", "ckpt/cli/__init__.py",
                      "ckpt/cli/commands/__init__.py"):
         assert required in names
+
+
+def test_wheel_holds_every_json_schema(wheel: Path) -> None:
+    shipped = sorted(p.name for p in (REPO / "ckpt" / "schemas").glob("*.json"))
+    assert len(shipped) >= 19
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        assert "ckpt/schemas/__init__.py" in names
+        for name in shipped:
+            member = f"ckpt/schemas/{name}"
+            assert member in names
+            assert archive.read(member) == (REPO / "ckpt" / "schemas" / name).read_bytes()
+
+
+def test_ckpt_schema_works_from_the_installed_wheel(site_packages: Path, tmp_path: Path) -> None:
+    """The console script of a regular install finds the schemas as package data (the
+    working directory is not the repository, so only the install can provide them)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(site_packages)
+    script = str(site_packages / "bin" / "ckpt")
+
+    def ckpt(*args: str) -> str:
+        done = subprocess.run([sys.executable, script, *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    listed = ckpt("schema").split()
+    assert listed == sorted(p.stem for p in (REPO / "ckpt" / "schemas").glob("*.json"))
+    assert json.loads(ckpt("schema", "--json")) == listed
+    assert ckpt("schema", "list") == (REPO / "ckpt" / "schemas" / "list.json").read_text()
+    where = subprocess.run([sys.executable, "-c", "import ckpt.schemas as s; print(s.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    assert where.stdout.startswith(str(site_packages))
 
 
 def test_install_puts_only_ckpt_into_site_packages(site_packages: Path) -> None:

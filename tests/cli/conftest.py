@@ -171,7 +171,8 @@ def ckpt_in(ws: Path, monkeypatch: pytest.MonkeyPatch,
         result = runner.invoke(cli, list(args), env=env, input=input, prog_name="ckpt")
         return Run(result.exit_code, result.stdout, result.stderr, result.stdout_bytes)
 
-    return run
+    from schema_check import validating  # each --json stdout is checked against its schema
+    return validating(run)
 
 
 @pytest.fixture
@@ -237,4 +238,5 @@ def ckpt_proc(ws: Path, test_servers: servers.TestServers | None) -> CkptProc:
         return Run(done.returncode, done.stdout.decode("utf-8", "surrogateescape"),
                    done.stderr.decode("utf-8", "surrogateescape"), done.stdout)
 
-    return run
+    from schema_check import validating  # each --json stdout is checked against its schema
+    return validating(run)
