@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import fault_helpers as h  # tests/faults is on pytest's `pythonpath`
@@ -27,6 +28,17 @@ _WORKER_KEY = "ckpt_fault_tally"
 @pytest.fixture(autouse=True)
 def _no_resident_server(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CKPT_SERVER", "off")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_server_outlives_the_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A server a test's subprocess spawned with an environment of its own making is killed
+    when the run ends, not left to its idle exit."""
+    yield
+    import servers  # tests/ is on pytest's `pythonpath`
+
+    for pid in servers.server_pids_for(tmp_path_factory.getbasetemp()):
+        servers.kill_pid(pid)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

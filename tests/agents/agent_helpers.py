@@ -30,6 +30,7 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a `ckpt` process: nothing of ckpt's or Claude Code's leaking in."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CKPT_", "CLAUDE_", "XDG_STATE_HOME"))}
+    env["CKPT_SERVER"] = "off"  # no resident server outlives the test (tests/conftest.py)
     env.update(extra or {})
     return env
 

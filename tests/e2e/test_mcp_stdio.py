@@ -30,6 +30,7 @@ TOOLS = {"checkpoint_create", "checkpoint_list", "checkpoint_diff", "checkpoint_
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CKPT_")}
     env["CKPT_SESSION"] = "mcp-test"
+    env["CKPT_SERVER"] = "off"  # no resident server outlives the test (tests/conftest.py)
     return env
 
 
