@@ -3,27 +3,40 @@
 One `Watcher` per root per process (Linux inotify, one instance each, so an overflow is per
 root), shared by every `Checkpoints` opened on that root with `watch=True` and closed with the
 last. Each stat cache that scans the root (one per store: `WatchClient`) keeps its own dirty
-set, since a scan that clears it vouches only for the cache it saves. A thread drains the
-event queue: an event on a directory marks it dirty; a directory created or moved in marks
-its whole subtree to be walked. A scan asks, under the root lock:
+and fresh sets, since a scan that clears them vouches only for the cache it saves. A thread
+drains the event queue: an event on a directory marks it dirty; a directory created or moved
+in marks its whole subtree to be walked. A scan asks, under the root lock:
 
     begin(keys):  cookie sync (create and unlink a file in <root>/.ckpt, wait for its event:
                   every change completed before the call is now marked)
                   if the client is not trusted (first scan, overflow, root replaced, sync
                   failed, a cache not saved, verify): watch every key of the cache first,
                   clear, and return None: a full walk
-                  else swap the dirty set for an empty one and return it as a `WatchView`
-    (the scan lists only dirty directories, unwatched ones and walked subtrees;
+                  else swap the dirty and fresh sets for empty ones and return their union
+                  as a `WatchView`
+    (the scan lists only dirty and fresh directories, unwatched ones and walked subtrees;
      dirlisting.walk_dirs_watched)
-    end(keys):    watch the directories the scan found that have no watch (marked dirty:
-                  their events before the watch are lost); a full walk makes the client
-                  trusted for this generation
+    end(keys):    watch the directories the scan found that have no watch: fresh for this
+                  client (listed before their watch: their events before it are lost), dirty
+                  for every other; a full walk makes the client trusted for this generation
+    settle(known): take the fresh set (under the lock, left in place), list those directories
+                  again in one native walk (dirlisting.walk_dirs) and compare with `known`, the
+                  listings of the cache that scan just made; then, under the lock, each one
+                  still fresh leaves it, into dirty unless its listing was equal (an empty,
+                  racy listing or a missing one is never equal)
+
+So a new store's first snapshot (a full walk, with nothing to watch before it) pays one more
+native walk, and the next one lists only what changed.
 
 Invariant: for every directory D whose listing the cache holds, if D changed since that
-listing was taken then D is dirty or under a walked subtree, or the client is not trusted.
-What keeps it: every new or moved mapping of a watch marks its key dirty; every watch
-forgotten marks its key dirty; the dirty set is swapped only after the cookie sync and before
-anything is listed; a cache that was not saved makes the next scan a full walk.
+listing was taken then D is dirty, fresh or under a walked subtree, or the client is not
+trusted. What keeps it: every new or moved mapping of a watch marks its key dirty, or fresh
+for the client whose scan listed it just before; a fresh key leaves `fresh` only for a scan
+that lists it (after its watch) or through `settle`, whose listing is taken after the watch
+was added: equal to the cache's, it shows D unchanged up to the watch, and any change since
+is an event into dirty (which `settle` never clears); every watch forgotten marks its key
+dirty; the dirty and fresh sets are swapped only after the cookie sync and before anything
+is listed; a cache that was not saved makes the next scan a full walk.
 
 Fallbacks (counted in `WatchState`, logged): an event-queue overflow makes every client
 untrusted (a full walk, with all watches set again); a directory whose watch cannot be added
@@ -51,7 +64,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt.checkpoints.dirlisting import linked_dirs
+from ckpt.checkpoints.dirlisting import Known, linked_dirs, walk_dirs
 
 logger = logging.getLogger("ckpt")
 
@@ -191,13 +204,19 @@ def read_mounts(root: bytes, data: bytes) -> tuple[set[bytes], str]:
 class WatchClient:
     """One stat cache's view of a watched root (see the module): its dirty set and trust."""
 
-    __slots__ = ("dirty", "full_walks", "key", "refs", "trees", "trusted_generation",
-                 "unsaved", "verify_mismatches", "verify_runs")
+    __slots__ = ("dirty", "fresh", "fresh_listed", "fresh_settled", "full_walks", "key",
+                 "refs", "trees", "trusted_generation", "unsaved", "verify_mismatches",
+                 "verify_runs")
 
     def __init__(self, key: str) -> None:
         self.key = key
         self.refs = 0
         self.dirty: set[bytes] = set()
+        # Watched after the scan listed them, not yet compared again (`Watcher.settle`): a
+        # scan treats them as dirty. Events never land here: they mark `dirty`.
+        self.fresh: set[bytes] = set()
+        self.fresh_settled = 0  # fresh directories `settle` found unchanged
+        self.fresh_listed = 0  # fresh directories `settle` found changed (moved to `dirty`)
         self.trees: set[bytes] = set()
         self.trusted_generation = -1
         self.unsaved = False  # a scan's cache is not saved yet: the next scan walks everything
@@ -630,16 +649,17 @@ class Watcher:
                             self._map(key)
                     self._failed_retry()
                     client.dirty.clear()
+                    client.fresh.clear()
                     client.trees.clear()
                     client.full_walks += 1
                     client.unsaved = False
                     logger.debug("watcher of %s: full walk (%s)", os.fsdecode(self.root),
                                  reason)
                 return ScanTicket(None, generation, full=True)
-            dirty = frozenset(client.dirty).union(self._failed, self._linked)
+            dirty = frozenset(client.dirty).union(client.fresh, self._failed, self._linked)
             view = WatchView(dirty, frozenset(client.trees) | self._mounts)
-            if not peek:
-                client.dirty, client.trees = set(), set()
+            if not peek:  # this scan lists the fresh ones after their watch: settled by it
+                client.dirty, client.fresh, client.trees = set(), set(), set()
             return ScanTicket(view, generation, full=False)
 
     def _failed_retry(self) -> None:
@@ -666,14 +686,46 @@ class Watcher:
             key_wd, failed = self._key_wd, self._failed
             new = [key for key in keys if key not in key_wd and key not in failed
                    and not self._under_mount(key)]
+            dirty = client.dirty
             for key in new:
-                self._map(key)
+                # Listed before its watch: fresh for this client (`settle` compares it again),
+                # unless something else marked it dirty already; dirty for every other client.
+                was_dirty = key in dirty
+                if self._map(key) is not None and not was_dirty:
+                    dirty.discard(key)
+                    client.fresh.add(key)
             client.unsaved = unsaved
             if ticket.full and ticket.generation == self._generation:
                 client.trusted_generation = ticket.generation
             listed = [] if ticket.view is None else \
                 [key for key in ticket.view.dirty if key not in self._linked]
         self._find_links(keys if ticket.full else new + listed)
+
+    def settle(self, client: WatchClient, known: Callable[[], Known]) -> int:
+        """List the fresh directories of `client` again, now that they are watched, and compare
+        with `known` (the listings of the cache the scan that found them just made): an equal
+        one leaves `fresh` (a change since its watch was added is an event, in `dirty`), any
+        other goes to `dirty`. The number found changed."""
+        with self._cond:
+            if not client.fresh or self._fd < 0 or self._inactive is not None:
+                return 0
+            keys = sorted(client.fresh)
+        listings = known()
+        # No subdirectory names: each directory is compared alone, nothing below it is walked.
+        table = {key: [listings[key][0], b""] for key in keys if key in listings}
+        starts = [(key, self._path(key), True) for key in keys]
+        reports, _unchanged = walk_dirs(starts, table, os.cpu_count() or 1)
+        changed = {key for key, _outcome in reports}
+        with self._cond:
+            fresh = client.fresh
+            for key in keys:
+                if key in fresh:
+                    fresh.discard(key)
+                    if key in changed:
+                        client.dirty.add(key)
+            client.fresh_settled += len(keys) - len(changed)
+            client.fresh_listed += len(changed)
+        return len(changed)
 
     def _find_links(self, keys: list[bytes]) -> None:
         """Mark the directories of `keys` that hold a file of several links (outside the
@@ -763,6 +815,9 @@ class WatchHandle:
 
     def end(self, ticket: ScanTicket, keys: Iterable[bytes], *, unsaved: bool) -> None:
         self.watcher.end(self.client, ticket, keys, unsaved=unsaved)
+
+    def settle(self, known: Callable[[], Known]) -> int:
+        return self.watcher.settle(self.client, known)
 
     def abort(self, ticket: ScanTicket) -> None:
         self.watcher.abort(self.client, ticket)

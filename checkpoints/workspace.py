@@ -283,6 +283,9 @@ class Workspace:
                 new_cache.dirty = True
         if watch is not None and ticket is not None:
             watch.end(ticket, new_cache.dirs.keys(), unsaved=new_cache.dirty)
+            # What this scan found unwatched is watched now: one native walk compares it with
+            # the listings just made, so the next scan lists only what changed.
+            watch.settle(new_cache.dirs.known)
         locked.scanned_cache = new_cache
         locked.note_files(result.hashed)
         return result
