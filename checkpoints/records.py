@@ -31,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, SkippedPath
+from ckpt.checkpoints.writing import naming
 from ckpt.objstore.atomicfile import sync_directory, write_atomically
 from ckpt.objstore.codec import pack_data, unpack_data
 from ckpt.objstore.errors import CorruptObject
@@ -222,18 +223,20 @@ class RecordDir:
         fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
                      | os.O_CLOEXEC, 0o644)
         try:
-            data = encode_record(row, tracked)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if self.fsync:
-                os.fsync(fd)
+            with naming(pending):  # os.write and os.fsync name no file (EIO, ENOSPC, EROFS)
+                data = encode_record(row, tracked)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                if self.fsync:
+                    os.fsync(fd)
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(pending)
             raise
-        os.close(fd)
+        with naming(pending):
+            os.close(fd)
         return name
 
     def publish(self, name: str) -> None:
