@@ -148,7 +148,7 @@ class Checkpoints:
         return self._ws.config
 
     @config.setter
-    def config(self, value: StoreConfig) -> None:  # read again at each lock and scan
+    def config(self, value: StoreConfig) -> None:  # the file is read again when it changes
         self._ws.config = value
 
     # Restoring and maintenance are imported on first use: a snapshot needs neither.

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ckpt.checkpoints.catalog import Catalog
-from ckpt.checkpoints.config import StoreConfig
+from ckpt.checkpoints.config import CONFIG_FILE, StoreConfig, read_config
 from ckpt.checkpoints.diff import diff_trees
 from ckpt.checkpoints.errors import UnsafePath
 from ckpt.checkpoints.gitexclude import NO_EXCLUDES, GitExcludes, read_git_excludes
@@ -70,6 +70,8 @@ class Workspace:
         self.store_dir = store_dir
         self.session = session
         self.config = config
+        # False until the first refresh: the file may have changed since `config` was read.
+        self._config_key: tuple[int, ...] | bool | None = False
         self.objects = objects
         self.catalog = catalog
         self.clock = clock
@@ -102,8 +104,19 @@ class Workspace:
         """This root in the catalog's restore journals (as in its records)."""
         return self.root_b
 
+    def refresh_config(self) -> None:
+        """Read the configuration again if its file changed since it was read: a long-lived
+        `Checkpoints` (the server's pool, a harness's) follows `ckpt config set` made by
+        another process. The object store keeps what it was opened with (compression level,
+        fsync)."""
+        key = _file_key(os.path.join(self.store_dir, CONFIG_FILE))
+        if key != self._config_key:
+            self.config = read_config(self.store_dir)
+            self._config_key = key
+
     def lock_root(self, purpose: str) -> LockedRoot:
         """The locks of a write call on this root (taken by entering the result)."""
+        self.refresh_config()
         return LockedRoot(os.path.join(self.store_dir, "gc.lock"),
                           os.path.join(self.root_dir, "lock"),
                           timeout=self.config.lock_timeout, purpose=purpose,
@@ -231,6 +244,7 @@ class Workspace:
     def _scan_setup(self, cache: StatCache) -> tuple[ScanOptions, Callable[[], IgnoreRules],
                                                        list[IgnoreRules]]:
         """The options of a scan against `cache`, its rules factory and what it loaded."""
+        self.refresh_config()
         # Git's exclude files lie outside the walk: what they hold is part of the settings.
         git_excludes = read_git_excludes(self.root) if self.config.use_gitignore else NO_EXCLUDES
         options = ScanOptions(max_file_size=self.config.max_file_size,

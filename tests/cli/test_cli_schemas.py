@@ -206,6 +206,8 @@ def variant_of(event: dict[str, Any]) -> str:
     return matched[0]
 
 
+@pytest.mark.in_process("moves the workspace with its store: the server leaves with its "
+                         "socket's path, so the later calls run in-process by design")
 def test_a_tour_of_every_command_validates_each_output_kind(
         initialized: Path, ckpt_in: CkptIn, tmp_path: Path) -> None:
     run = Tour(ckpt_in)
@@ -366,6 +368,8 @@ def test_events_follow_lines_each_validate(initialized: Path, ckpt_in: CkptIn,
         "checkpoint:create", "checkpoint:create", "checkpoint:restore"]
 
 
+@pytest.mark.in_process("starts, asks and stops a server of its own, which server mode "
+                         "already runs for the store")
 def test_server_start_status_stop_validate(initialized: Path, ckpt_proc: Any) -> None:
     """A real resident server: its status (a root with its watch state) and its stop."""
     on = {"CKPT_SERVER": "on"}
