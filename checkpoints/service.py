@@ -148,8 +148,9 @@ class Checkpoints:
         return self._ws.config
 
     @config.setter
-    def config(self, value: StoreConfig) -> None:  # the file is read again when it changes
-        self._ws.config = value
+    def config(self, value: StoreConfig) -> None:
+        # Holds until config.toml changes (then the file is read again, as for every open).
+        self._ws.adopt_config(value)
 
     # Restoring and maintenance are imported on first use: a snapshot needs neither.
     @cached_property

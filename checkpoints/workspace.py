@@ -114,6 +114,11 @@ class Workspace:
             self.config = read_config(self.store_dir)
             self._config_key = key
 
+    def adopt_config(self, config: StoreConfig) -> None:
+        """Use `config` (set by the caller, not read from the file) until the file changes."""
+        self.config = config
+        self._config_key = _file_key(os.path.join(self.store_dir, CONFIG_FILE))
+
     def lock_root(self, purpose: str) -> LockedRoot:
         """The locks of a write call on this root (taken by entering the result)."""
         self.refresh_config()

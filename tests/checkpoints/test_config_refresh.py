@@ -27,3 +27,17 @@ def test_a_config_change_by_another_writer_applies_to_an_open_service(tmp_path: 
         assert cp.config.max_file_size == 40
         assert second.stats.skipped == 1
         assert [p.path for p in second.skipped] == [b"big.txt"]
+
+
+def test_a_config_set_in_the_api_holds_until_the_file_changes(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "big.txt").write_text("longer than the forty bytes allowed by the set value\n")
+    Checkpoints.init(root).close()
+    with Checkpoints.open(root) as cp:
+        cp.config = dataclasses.replace(cp.config, max_file_size=40)
+        assert cp.create().stats.skipped == 1  # the value set here, not the file's
+        write_config(cp.store_dir, dataclasses.replace(read_config(cp.store_dir),
+                                                       max_file_size=1 << 20))
+        (root / "big.txt").write_text("changed, and the file now allows it\n" * 3)
+        assert cp.create().stats.skipped == 0  # the file changed: it is read again
