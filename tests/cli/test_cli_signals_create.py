@@ -22,7 +22,8 @@ from test_cli_signals_startup import ckpt_frames  # tests/cli is on pytest's pyt
 
 Env = Callable[..., dict[str, str]]
 # Python's own report of a SIGINT before it could run `-m ckpt` (test_cli_signals_startup.py).
-INTERPRETER_FAILURES = ("Fatal Python error: init_", "Could not import runpy module")
+INTERPRETER_FAILURES = ("Fatal Python error: init_", "Could not import runpy module",
+                        "python: failed to set __main__.__loader__")
 
 
 def interrupted_create(root: Path, env: dict[str, str], delay: float | None,

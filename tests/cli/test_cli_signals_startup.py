@@ -31,7 +31,8 @@ from soak import scale
 Env = Callable[..., dict[str, str]]
 ENTRY_FILES = {"__init__.py", "__main__.py", "cli/__init__.py"}
 # How Python itself reports a SIGINT before it could run `-m ckpt` or the script.
-INTERPRETER_FAILURES = ("Fatal Python error: init_", "Could not import runpy module")
+INTERPRETER_FAILURES = ("Fatal Python error: init_", "Could not import runpy module",
+                        "python: failed to set __main__.__loader__")
 FRAME = re.compile(r'^  File "([^"]+)", line \d+, in (\S+)$', re.MULTILINE)
 
 
