@@ -2,7 +2,19 @@
 
 Stored object envelope (all integers little-endian):
 
-    magic b"CKO" | format u8 (=1) | codec u8 (0 raw, 1 zstd) | length u64 | body
+    magic b"CKO" | format u8 (=1) | codec u8 | length u64 | body
+
+    codec 0 raw:    body = the content
+    codec 1 zstd:   body = one zstd frame
+    codec 2 dict:   body = dictionary id (32) | one zstd frame made with that dictionary
+    codec 3 delta:  body = base id (32) | depth u8 | one zstd frame made with the base's
+                    content as its raw-content prefix (zstd's patch-from); depth is the
+                    number of objects a read decodes, this one included (a base that is no
+                    delta has depth 0, so a delta on it has depth 1)
+
+The dictionary and the base are objects of the same store, named by their ids, which
+`envelope_refs` reads from an envelope's first `REFS_PREFIX` bytes: whatever keeps an object
+readable (gc, repack, push to a remote) keeps those too.
 
 `length` is the size of the uncompressed content, so decompression is bounded before it starts.
 Trees are canonical msgpack: `[1, [[name, kind, ref, size], ...]]` with entries sorted by name and
@@ -31,8 +43,11 @@ MAGIC = b"CKO"
 FORMAT = 1
 CODEC_RAW = 0
 CODEC_ZSTD = 1
+CODEC_DICT = 2
+CODEC_DELTA = 3
 _HEADER = struct.Struct("<3sBBQ")
 HEADER_SIZE = _HEADER.size
+REFS_PREFIX = HEADER_SIZE + OID_SIZE + 1  # enough of an envelope for `envelope_refs`
 TREE_FORMAT = 1
 # In-memory decode refuses anything declared larger than this; larger blobs are streamed.
 MAX_INMEMORY_SIZE = 1 << 30
@@ -152,6 +167,20 @@ def iter_encode_object(chunks: Iterator[bytes], length: int, level: int) -> Iter
         if out:
             yield out
     yield stream.flush()
+
+
+def envelope_refs(stored: bytes | memoryview, oid: ObjectId | None = None
+                  ) -> tuple[ObjectId, ...]:
+    """The ids an envelope needs to be decoded (its dictionary or delta base; () for raw and
+    plain zstd), from at least its first `REFS_PREFIX` bytes (fewer for codecs 0 and 1)."""
+    if len(stored) < HEADER_SIZE:
+        raise CorruptObject(oid, f"truncated header ({len(stored)} bytes)")
+    codec = stored[4]
+    if codec in (CODEC_DICT, CODEC_DELTA):
+        if len(stored) < HEADER_SIZE + OID_SIZE:
+            raise CorruptObject(oid, "truncated envelope reference")
+        return (ObjectId(bytes(stored[HEADER_SIZE:HEADER_SIZE + OID_SIZE])),)
+    return ()
 
 
 def read_header(stored: bytes | memoryview, oid: ObjectId | None) -> tuple[int, int]:

@@ -40,7 +40,11 @@ from ckpt.objstore.objects import Tree
 from ckpt.objstore.pack import PACKS_DIR, PackedBackend
 from ckpt.objstore.safeopen import check_directories, open_file
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Format 1 never holds a dictionary or delta object (codec 2 or 3); such a store is read as it
+# is and raised to 2 by the first write of one (`ensure_format`), so an older ckpt refuses it
+# with UnsupportedFormat instead of reporting objects it cannot decode as corrupt.
+READABLE_FORMATS = (1, 2)
 FORMAT_FILE = "format"
 _FORMAT_TAG = "ckpt-objstore"
 _TREE_CACHE_SIZE = 8192
@@ -94,6 +98,8 @@ class ObjectStore:
         self._put_absent = backend.put if self._bulk is None else self._bulk.put_absent
         self._repair: Repairable | None = backend if isinstance(backend, Repairable) else None
         self._checked: set[ObjectId] = set()  # present ids whose stored copy was checked
+        self.format_version = FORMAT_VERSION  # an in-memory store: whatever this version writes
+        self._format_path: str | None = None
 
     # -- opening -----------------------------------------------------------------------
 
@@ -117,7 +123,7 @@ class ObjectStore:
         """Open the store at `path`: `StoreNotFound` if there is none, `UnsupportedFormat` if
         it is newer, `UnsafeStore` if its format file or one of its directories is a
         symlink."""
-        check_format(path)
+        version = check_format(path)
         check_directories(_own_directories(path))
         objects = os.path.join(path, "objects")
         backend: Backend
@@ -125,7 +131,20 @@ class ObjectStore:
             backend = PackedBackend(objects, fsync=options.fsync)
         else:
             backend = LocalBackend(objects, fsync=options.fsync)
-        return cls(backend, options)
+        store = cls(backend, options)
+        store.format_version = version
+        store._format_path = os.path.join(path, FORMAT_FILE)
+        return store
+
+    def ensure_format(self, version: int) -> None:
+        """Raise the store's format file to `version` (never lowers it) before the first
+        object that needs it is written."""
+        if self.format_version >= version:
+            return
+        if self._format_path is not None:
+            write_atomically(self._format_path, f"{_FORMAT_TAG} {version}\n".encode("ascii"),
+                             fsync_file=True, fsync_dir=True, mode=0o666)
+        self.format_version = version
 
     def close(self) -> None:
         self.backend.close()
@@ -385,8 +404,9 @@ def _own_directories(path: str) -> tuple[str, ...]:
     return os.path.join(path, "objects"), os.path.join(path, "objects", PACKS_DIR)
 
 
-def check_format(path: str) -> None:
-    """Refuse a missing store or one written by a newer (or unknown) format."""
+def check_format(path: str) -> int:
+    """The format version of the store at `path`; refuse a missing store or one written by a
+    newer (or unknown) format."""
     format_path = os.path.join(path, FORMAT_FILE)
     try:
         with open(open_file(format_path, os.O_RDONLY), "rb") as stream:
@@ -396,8 +416,9 @@ def check_format(path: str) -> None:
     tag, _, version = text.partition(" ")
     if tag != _FORMAT_TAG or not version.isdigit():
         raise UnsupportedFormat(path, repr(text[:40]), FORMAT_VERSION)
-    if int(version) != FORMAT_VERSION:
+    if int(version) not in READABLE_FORMATS:
         raise UnsupportedFormat(path, version, FORMAT_VERSION)
+    return int(version)
 
 
 class _Unreadable(Exception):  # never escapes _put_large

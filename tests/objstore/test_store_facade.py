@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import struct
 from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 from typing import BinaryIO
@@ -15,6 +16,7 @@ import pytest
 
 from ckpt.objstore import (
     ContentChanged,
+    CorruptObject,
     EntryKind,
     ObjectId,
     ObjectStore,
@@ -23,6 +25,7 @@ from ckpt.objstore import (
     Tree,
     TreeEntry,
     UnsupportedFormat,
+    codec,
     hash_bytes,
     oid_hex,
     parse_oid,
@@ -263,7 +266,7 @@ def test_open_of_a_missing_store_raises_store_not_found(tmp_path: os.PathLike[st
     ("text", "named"),
     [
         (b"ckpt-objstore 99\n", "99"),
-        (b"ckpt-objstore 2\n", "2"),
+        (b"ckpt-objstore 3\n", "3"),
         (b"ckpt-objstore 0\n", "0"),
         (b"garbage\n", "garbage"),
         (b"ckpt-objstore one\n", "one"),
@@ -286,6 +289,42 @@ def test_open_refuses_a_wrong_format_naming_the_version_found(
     assert root in str(caught.value)
     with pytest.raises(UnsupportedFormat):
         ObjectStore.init(root)  # init does not paper over it either
+
+
+def test_a_format_1_store_opens_and_is_raised_only_when_asked(
+    tmp_path: os.PathLike[str]
+) -> None:
+    root = os.path.join(tmp_path, "store")
+    ObjectStore.init(root).close()
+    format_path = os.path.join(root, FORMAT_FILE)
+    with open(format_path, "wb") as out:
+        out.write(b"ckpt-objstore 1\n")
+    store = ObjectStore.open(root)
+    assert store.format_version == 1
+    oid = store.put_bytes(b"still format 1" * 10)
+    store.sync()
+    with open(format_path, "rb") as stream:
+        assert stream.read() == b"ckpt-objstore 1\n"
+    store.ensure_format(2)
+    store.ensure_format(1)  # never lowered
+    with open(format_path, "rb") as stream:
+        assert stream.read() == f"ckpt-objstore {FORMAT_VERSION}\n".encode()
+    store.close()
+    reopened = ObjectStore.open(root)
+    assert reopened.format_version == 2
+    assert reopened.get_bytes(oid) == b"still format 1" * 10
+    reopened.close()
+
+
+def test_envelope_refs_name_the_dictionary_or_base_only() -> None:
+    plain = codec.encode_object(b"a" * 200, 3)
+    assert codec.envelope_refs(plain) == ()
+    base = hash_bytes(b"base")
+    for kind in (codec.CODEC_DICT, codec.CODEC_DELTA):
+        header = struct.pack("<3sBBQ", b"CKO", 1, kind, 10)
+        assert codec.envelope_refs(header + base + b"\x01") == (base,)
+        with pytest.raises(CorruptObject):
+            codec.envelope_refs(header + base[:5])
 
 
 # -- ids ------------------------------------------------------------------------------------
