@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ckpt.checkpoints.errors import AmbiguousCheckpoint
 from ckpt.checkpoints.model import CheckpointRecord
@@ -106,9 +106,10 @@ class Remote:
             repo.close()
 
     @contextmanager
-    def locked(self, kind: str, *, create: bool = False) -> Iterator[RemoteRepo]:
+    def locked(self, kind: Literal["shared", "exclusive"], *,
+               create: bool = False) -> Iterator[RemoteRepo]:
         repo = self.repo(create=create)
-        with repo.lock(kind):  # type: ignore[arg-type]
+        with repo.lock(kind):
             yield repo
 
     # -- records on the remote ------------------------------------------------------------

@@ -20,7 +20,9 @@ import click
 from ckpt.cli.context import State, json_option, pass_state
 from ckpt.cli.errors import CORRUPTION, CliError
 from ckpt.cli.render import (
+    Template,
     display_path,
+    fill_template,
     format_age,
     format_size,
     format_when,
@@ -107,9 +109,18 @@ def push(state: State, args: tuple[str, ...], push_session: str | None, as_json:
 
     The first argument is the remote when it names one (default: the only remote); the
     others are checkpoint ids (default: every checkpoint of this root, or of --session)."""
+    from ckpt.checkpoints import UnknownCheckpoint
+
     service = state.open()
     names = {info.name for info in service.remote_list()}
-    name = args[0] if args and args[0] in names else None
+    name: str | None = None
+    if args and args[0] in names:
+        name = args[0]
+    elif args:
+        try:
+            service.resolve(args[0])
+        except UnknownCheckpoint:  # neither a remote nor a checkpoint: an unknown remote
+            name = args[0]
     ids = args[1:] if name is not None else args
     if ids and push_session is not None:
         raise click.UsageError("give either --session or checkpoint ids, not both")
@@ -159,16 +170,23 @@ def remote_option(help_text: str) -> Callable[[F], F]:
                          default=None, metavar="[NAME]", help=help_text)
 
 
-def list_remote(state: State, name: str, *, all_sessions: bool, as_json: bool) -> None:
+def list_remote(state: State, name: str, *, all_sessions: bool, as_json: bool,
+                template: Template | None) -> None:
+    """`list --remote`: the list shape (`changed` null: no parent is read from the remote)."""
     from ckpt.cli.commands.snapshot import record_json
 
     service = state.open()
     records = service.remote_history(name or None,
                                      session=None if all_sessions else state.session)
+    docs = [{**record_json(r), "changed": None} for r in records]
     if as_json:
-        write_json([{**record_json(r), "changed": None} for r in records])
+        write_json(docs)
         return
     now = datetime.now(UTC)
+    if template is not None:
+        write_lines(fill_template(template, {**doc, "age": format_age(r.created_at, now)})
+                    for doc, r in zip(docs, records))
+        return
     if records:
         write_lines(table(["id", "created (UTC)", "age", "session", "root", "label", "files"],
                           [_row(r, now) for r in records], right=frozenset({6})))

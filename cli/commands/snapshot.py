@@ -232,9 +232,10 @@ def list_(state: State, turn_id: str | None, reason: str | None, all_sessions: b
     if template is not None and as_json:
         raise click.UsageError("--format and --json exclude each other")
     if remote_name is not None:
-        if template is not None or turn_id is not None or reason is not None:
-            raise click.UsageError("--remote takes only --all-sessions and --json")
-        list_remote(state, remote_name, all_sessions=all_sessions, as_json=as_json)
+        if turn_id is not None or reason is not None or all_roots:
+            raise click.UsageError("--remote takes only --all-sessions, --format and --json")
+        list_remote(state, remote_name, all_sessions=all_sessions, as_json=as_json,
+                    template=template)
         return
     service = state.open()
     warn_restore_pending(service)
