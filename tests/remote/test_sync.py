@@ -6,6 +6,7 @@ gc and fsck; a restore fetches only what its tree needs."""
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,32 @@ def test_prune_remote_then_gc_frees_the_packs_only_it_needed(
     with b:
         b.restore(second.id)
     assert read_tree(root_b) == read_tree(root)
+
+
+def test_a_fresh_container_at_the_same_path_gets_the_timeline_back(
+        tmp_path: Path, s3_bucket: Bucket) -> None:
+    """A sandbox at one mount point pushes, is thrown away, and a new one at the same path
+    pulls: the checkpoints are in its timeline (hollow until restored), `list` counts no
+    change for them instead of failing, `show` and `diff` fetch what they need."""
+    root, a = machine(tmp_path, "w", s3_bucket, tree=12)
+    with a:
+        first = a.create()
+        shown = a.files(first.id)
+        agent_turn(root, random.Random(13))
+        second = a.create()
+        a.push()
+    expected = read_tree(root)
+    shutil.rmtree(root)
+    root.mkdir()
+    with Checkpoints.init(root) as b:
+        b.remote_add("origin", s3_bucket.url, endpoint=s3_bucket.endpoint)
+        assert b.pull().pulled == (first.id, second.id)
+        assert [r.id for r in b.history()] == [first.id, second.id]
+        assert [b.changed(r) for r in b.history()] == [first.stats.files, None]
+        assert b.fsck().remote_only == (first.id, second.id)
+        assert b.files(first.id) == shown  # its trees fetched for `show`
+        assert b.diff(first.id, second.id)
+        b.restore("latest")
+        assert b.fsck().remote_only == ()
+        assert b.gc(grace_seconds=0).objects_kept > 0
+    assert read_tree(root) == expected
