@@ -698,16 +698,21 @@ class Checkpoints:
             remote.close()
 
     def push(self, remote: str | None = None, *, session: str | None = None,
-             ids: Sequence[str] = (), progress: Any = None) -> PushReport:
+             ids: Sequence[str] = (), progress: ProgressFn | None = None) -> PushReport:
         """Send checkpoints to `remote` (None: the only one): the named `ids`, else the
         checkpoints of `session`, else of every session, on this root, that the remote lacks.
-        Their objects go first, as packs; each record only once all it needs is indexed."""
+        Their objects go first, as packs; each record only once all it needs is indexed.
+        `progress("upload", done, total)` follows the upload."""
         if ids:
             records = [self.resolve(ref) for ref in ids]
         else:
             records = self.catalog.history(session=session, root=self.root)
+
+        def uploaded(done: int, total: int) -> None:
+            if progress is not None:
+                progress("upload", done, total)
         with self._remote(remote) as link:
-            return link.push(records, progress)
+            return link.push(records, uploaded if progress is not None else None)
 
     def pull(self, remote: str | None = None, *, session: str | None = None) -> PullReport:
         """Adopt the remote's checkpoints (of `session`) that this store lacks. Their objects

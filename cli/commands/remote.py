@@ -124,7 +124,8 @@ def push(state: State, args: tuple[str, ...], push_session: str | None, as_json:
     ids = args[1:] if name is not None else args
     if ids and push_session is not None:
         raise click.UsageError("give either --session or checkpoint ids, not both")
-    report = service.push(name, session=push_session, ids=ids)
+    with state.progress() as progress:
+        report = service.push(name, session=push_session, ids=ids, progress=progress)
     if as_json:
         write_json(report.to_json())
         return
