@@ -166,13 +166,14 @@ class Remote:
 
         ws = self.ws
         hollow = {i for i, p in read_origins(ws.store_dir).items() if p.state is Origin.HOLLOW}
-        skipped = tuple(r.id for r in records if r.id in hollow)
-        wanted = sorted((r for r in records if r.id not in hollow),
-                        key=lambda r: (r.created_at, r.id))
+        wanted = sorted(records, key=lambda r: (r.created_at, r.id))
         with self.locked("shared", create=True) as repo:
             known = set(repo.list_records())
-            todo = [r for r in wanted if record_name(r.id) not in known]
             present = tuple(r.id for r in wanted if record_name(r.id) in known)
+            # A hollow checkpoint's objects are not here: it can go only where it came from.
+            lacking = [r for r in wanted if record_name(r.id) not in known]
+            skipped = tuple(r.id for r in lacking if r.id in hollow)
+            todo = [r for r in lacking if r.id not in hollow]
             objects = packs = sent = 0
             if todo:
                 oids = find_reachable(ws.objects, {r.tree for r in todo})
