@@ -18,7 +18,6 @@ catalog or touch a workspace.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tomllib
@@ -144,7 +143,17 @@ def has_remotes(store_dir: str) -> bool:
 
 
 def _toml_string(value: str) -> str:
-    return json.dumps(value, ensure_ascii=True)  # a JSON string with \\uXXXX escapes is TOML
+    """A TOML basic string: `\\`, `"` and control characters escaped, the rest as UTF-8
+    (JSON's escapes of astral characters as surrogate pairs are not TOML)."""
+    out = []
+    for char in value:
+        if char in ('"', "\\"):
+            out.append("\\" + char)
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
 
 
 def write_remotes(store_dir: str, remotes: Mapping[str, RemoteInfo]) -> None:

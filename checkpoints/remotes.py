@@ -68,6 +68,10 @@ def check_url(url: str, endpoint: str | None, region: str | None) -> None:
     """Refuse a URL the object layer cannot use (BadRemote), before it goes in remotes.toml."""
     from ckpt.objstore.remote.url import parse_remote_url  # noqa: PLC0415 (remote code on use)
 
+    for value in (url, endpoint, region):
+        if value is not None and not value.isprintable():
+            raise BadRemote(url, "holds a character that cannot be written (a control "
+                            "character, or bytes that are not UTF-8)")
     try:
         parse_remote_url(url, endpoint=endpoint, region=region)
     except ValueError as exc:
