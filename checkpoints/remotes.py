@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from ckpt.objstore import ObjectId, ObjectStore
     from ckpt.objstore.remote.repo import RemoteRepo
 
-RECORD_CACHE = "records"
+RECORD_CACHE = "record-files"  # beside the object layer's own cache files
 
 
 # A pulled record before adoption: (row, tracked paths, record).
@@ -120,6 +120,9 @@ class Remote:
 
     def _cached_record(self, repo: RemoteRepo, name: str) -> Fetched:
         """The remote's record `name`, decoded (a copy is kept: same id, same bytes)."""
+        key = f"records/{name}"
+        if "/" in name or name.startswith(".") or not name:  # a key that names no record file
+            raise RemoteDataDamaged(self.info.url, key, "not a checkpoint record's name")
         folder = os.path.join(cache_dir(self.ws.store_dir, self.info.name), RECORD_CACHE)
         path = os.path.join(folder, name)
         try:
@@ -131,7 +134,10 @@ class Remote:
         try:
             fetched = decode_record(data)
         except BadRecord as exc:
-            raise RemoteDataDamaged(self.info.url, f"records/{name}", exc.args[0]) from None
+            raise RemoteDataDamaged(self.info.url, key, exc.args[0]) from None
+        if record_name(fetched[2].id) != name:  # a record must not pass for another id
+            raise RemoteDataDamaged(self.info.url, key,
+                                    f"holds checkpoint {fetched[2].id}, not {name}")
         os.makedirs(folder, exist_ok=True)
         write_atomically(path, data, fsync_file=False, fsync_dir=False, temp_prefix=".tmp-")
         return fetched

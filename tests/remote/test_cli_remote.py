@@ -22,7 +22,10 @@ OK, USER_ERROR, CORRUPTION = 0, 1, 5
 
 def ckpt_json(root: Path, *args: str, code: int = OK, env: dict[str, str] | None = None) -> Any:
     """Run `ckpt ARGS --json` on `root`, check the exit code and the schema; the document."""
-    full = (*args, "--json")
+    # `--json` before `--remote`: schema_check's parser takes an option's next word as its
+    # value, where click sees that `--remote`'s value is optional
+    at = args.index("--remote") if "--remote" in args else len(args)
+    full = (*args[:at], "--json", *args[at:])
     run = run_ckpt(root, *full, env=env)
     assert run.returncode == code, (full, run.stdout, run.stderr)
     assert schema_check.check_output(full, run.returncode, run.stdout) is not None, full
@@ -179,3 +182,43 @@ def test_list_without_remote_never_imports_the_remote_code(tmp_path: Path,
     run = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True,
                          text=True, timeout=60, check=False)
     assert run.returncode == 0, run.stderr
+
+
+def test_a_remote_locked_by_another_machines_gc_is_exit_4(tmp_path: Path,
+                                                          s3_bucket: Bucket) -> None:
+    """Another machine holds the remote's exclusive lock (as `gc --remote` does): a push is
+    refused at once with exit 4, and goes through once the lock is released."""
+    from ckpt.checkpoints import Checkpoints
+    from ckpt.checkpoints.remotes import Remote
+
+    root = new_machine(tmp_path, "a", s3_bucket, tree=29)
+    ckpt_ok(root, "create")
+    ckpt_json(root, "push")  # the remote exists
+    ckpt_ok(root, "create")
+    other = new_machine(tmp_path, "other", s3_bucket)
+    with Checkpoints.open(other) as cp:
+        link = Remote.choose(cp._ws, None)
+        try:
+            with link.locked("exclusive"):
+                line = one_error_line(run_ckpt(root, "push"), 4)
+                assert "remote locked" in line
+        finally:
+            link.close()
+    assert len(ckpt_json(root, "push")["pushed"]) == 1
+
+
+def test_a_damaged_remote_record_is_exit_5_naming_it(tmp_path: Path, s3_bucket: Bucket) -> None:
+    a = new_machine(tmp_path, "a", s3_bucket, tree=30)
+    first = ckpt_json(a, "create")["id"]
+    ckpt_json(a, "push")
+    key = f"records/{first}"
+    data = bytearray(s3_bucket.raw.get_object(s3_bucket.name, key))
+    data[20] ^= 0x01
+    s3_bucket.raw.put_object(s3_bucket.name, key, bytes(data))
+    b = new_machine(tmp_path, "b", s3_bucket)
+    for args in (("pull",), ("list", "--remote"), ("restore", first)):
+        line = one_error_line(run_ckpt(b, *args), CORRUPTION)
+        assert key in line, line
+    assert read_tree(b) == {}
+    check = ckpt_json(b, "fsck", "--remote", code=CORRUPTION)
+    assert any(key in p for p in check["problems"])
