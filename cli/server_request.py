@@ -24,10 +24,10 @@ from ckpt.cli.wire import ProtocolError, is_forwarded, parse_request
 # the client's own environment (the AWS_* credentials are never forwarded to the server).
 LOCAL_COMMANDS = frozenset({"init", "bench", "gc", "fsck", "tune", "server", "completion", "mcp",
                             "push", "pull", "remote"})
-# Commands that reach a remote when given `--remote`, or (restore, diff, show, cat) when the
+# Commands that reach a remote when given `--remote`, or (restore, diff, show, cat, undo) when the
 # store has remotes: a checkpoint only a remote has is fetched first.
 _REMOTE_OPTION = "--remote"
-_MAY_FETCH = frozenset({"restore", "diff", "show", "cat"})
+_MAY_FETCH = frozenset({"restore", "diff", "show", "cat", "undo"})
 _REMOTES_FILE = "remotes.toml"
 # Global options of `ckpt` that take a value (cli/main.py), to find the command name in argv.
 _VALUE_OPTIONS = frozenset({"--root", "--store", "--session"})

@@ -1,5 +1,5 @@
 """The resident server never runs what may reach a remote: push, pull, `remote`, the `--remote`
-forms, and restore/diff/show/cat of a store with remotes run in the client (long transfers
+forms, and restore/diff/show/cat of a store with remotes (and undo, whose pre-restore checkpoint may be one pulled) run in the client (long transfers
 would hold the server's one executor, and the client's AWS credentials are not forwarded)."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ def test_remote_commands_and_options_run_in_the_client(tmp_path: Path) -> None:
     for argv in (("restore", "abc"), ("diff", "abc"), ("show", "abc"), ("list",)):
         assert decline_reason(request(*argv, cwd=cwd), str(store)) is None, argv
     (store / "remotes.toml").write_text('[remote.origin]\nurl = "s3://b"\n')
-    for argv in (("restore", "abc"), ("diff", "abc"), ("show", "abc"), ("cat", "abc", "f")):
+    for argv in (("restore", "abc"), ("diff", "abc"), ("show", "abc"), ("cat", "abc", "f"),
+                 ("undo",)):
         assert decline_reason(request(*argv, cwd=cwd), str(store)) == "local", argv
     assert decline_reason(request("list", cwd=cwd), str(store)) is None

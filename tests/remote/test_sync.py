@@ -207,6 +207,7 @@ def test_a_fresh_container_at_the_same_path_gets_the_timeline_back(
         assert b.pull().pulled == (first.id, second.id)
         assert [r.id for r in b.history()] == [first.id, second.id]
         assert [b.changed(r) for r in b.history()] == [first.stats.files, None]
+        assert b.path_log("d0") == []  # hollow checkpoints are not read for a log
         assert b.fsck().remote_only == (first.id, second.id)
         again = b.push()  # hollow, but already there: present, not skipped
         assert again.present == (first.id, second.id) and again.skipped_hollow == ()
