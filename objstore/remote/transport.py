@@ -21,7 +21,6 @@ from obstore.store import S3Store
 from ckpt.objstore.remote.credentials import read_settings
 from ckpt.objstore.remote.errors import (
     RemoteAuthError,
-    RemoteCorrupt,
     RemoteError,
     RemoteNotFound,
     RemoteUnreachable,
@@ -111,8 +110,6 @@ class S3Transport:
             raise RemoteUnreachable(self.url, f"unreachable: {text}") from None
         if "412 precondition failed" in lowered:
             raise PreconditionFailed(key) from None
-        if "416 range not satisfiable" in lowered:  # an indexed range past a pack's end
-            raise RemoteCorrupt(self.url, key, "shorter than its index says (truncated)") from None
         raise RemoteError(self.url, text) from None
 
     # -- calls ---------------------------------------------------------------------------
