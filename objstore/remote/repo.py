@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from typing import Literal
 
 from ckpt.objstore import codec
+from ckpt.objstore.backend import BulkBackend
 from ckpt.objstore.errors import CorruptObject
 from ckpt.objstore.ids import ObjectId
 from ckpt.objstore.packfile import RECORD, check_record_bytes, encode_index
@@ -223,6 +224,7 @@ class RemoteRepo:
             later: list[ObjectId] = []
             for packid, entries in self._by_pack(wanted).items():
                 key = layout.pack_key(packid)
+                checked: list[tuple[ObjectId, bytes]] = []
                 for oid, stored, span_bytes in self._read_records(key, entries):
                     requests += span_bytes > 0
                     fetched_bytes += span_bytes
@@ -232,7 +234,8 @@ class RemoteRepo:
                         later.extend(r for r in lacking if r not in asked)
                         asked.update(lacking)
                         continue
-                    put += self._store_checked(store, oid, stored)
+                    checked.append((oid, _checked(store, oid, stored)))
+                put += _put_new(store, checked)
             wanted = later
         while waiting:
             ready = [oid for oid, stored in waiting.items()
@@ -241,8 +244,8 @@ class RemoteRepo:
                 oid = next(iter(waiting))
                 raise CorruptObject(oid, "its dictionary or delta base never arrives "
                                          "(a reference cycle on the remote)")
-            for oid in ready:
-                put += self._store_checked(store, oid, waiting.pop(oid))
+            for oid in ready:  # one at a time: one of them may be another's base
+                put += _put_new(store, [(oid, _checked(store, oid, waiting.pop(oid)))])
         store.sync()
         return FetchReport(put, fetched_bytes, requests)
 
@@ -280,13 +283,6 @@ class RemoteRepo:
                 yield oid, record[RECORD.size:], len(part) if first else 0
                 first = False
 
-    @staticmethod
-    def _store_checked(store: ObjectStore, oid: ObjectId, stored: bytes) -> int:
-        try:
-            check_envelope(oid, stored, store)
-        except CorruptObject as exc:
-            raise CorruptObject(oid, f"fetched from the remote: {exc.reason}") from None
-        return 1 if store.backend.put(oid, stored) else 0
 
     # -- records and heads ---------------------------------------------------------------
 
@@ -366,6 +362,23 @@ class RemoteRepo:
         self._index.sync(self._transport)
         return collect_remote(self._transport, self._index, live, grace_seconds=grace_seconds,
                               now=self._clock(), send_pack=self._send_pack)
+
+
+def _checked(store: ObjectStore, oid: ObjectId, stored: bytes) -> bytes:
+    try:
+        check_envelope(oid, stored, store)
+    except CorruptObject as exc:
+        raise CorruptObject(oid, f"fetched from the remote: {exc.reason}") from None
+    return stored
+
+
+def _put_new(store: ObjectStore, objects: list[tuple[ObjectId, bytes]]) -> int:
+    """Store checked envelopes as they are (the store lacked them when the fetch began);
+    how many were new. A bulk backend takes them in one lock round."""
+    backend = store.backend
+    if isinstance(backend, BulkBackend):
+        return sum(backend.put_absent_many(objects))
+    return sum(backend.put(oid, stored) for oid, stored in objects)
 
 
 def head_name(session: str) -> str:
