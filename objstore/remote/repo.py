@@ -146,8 +146,9 @@ class RemoteRepo:
     def upload(self, store: ObjectStore, oids: Iterable[ObjectId],
                progress: Callable[[int, int], None] | None = None) -> UploadReport:
         """Send the objects of `oids` (and the dictionaries and bases their envelopes name)
-        that no remote index names, as packs. `progress(done, known)`: objects uploaded so
-        far, objects found to upload so far. ObjectNotFound if the store lacks one."""
+        that no remote index names, as packs. `progress(done, known)` after each pack is
+        indexed: objects uploaded so far, objects found to upload so far. ObjectNotFound if
+        the store lacks one."""
         self._index.sync(self._transport)
         known = self._index.locations
         queue = deque(dict.fromkeys(oids))
@@ -155,7 +156,21 @@ class RemoteRepo:
         skipped = uploaded = packs = sent_bytes = 0
         total = sum(1 for oid in queue if oid not in known)
         builder = PackBuilder()
-        in_flight: Future[int] | None = None
+        # One pack in flight on a thread while the next is read and checked here.
+        in_flight: tuple[Future[int], int] | None = None
+
+        def landed() -> None:
+            nonlocal in_flight, uploaded, packs, sent_bytes
+            if in_flight is None:
+                return
+            future, count = in_flight
+            in_flight = None
+            sent_bytes += future.result()
+            uploaded += count
+            packs += 1
+            if progress is not None:
+                progress(uploaded, total)
+
         with ThreadPoolExecutor(1, thread_name_prefix="ckpt-remote-put") as pool:
             while queue:
                 oid = queue.popleft()
@@ -173,22 +188,13 @@ class RemoteRepo:
                 queue.extend(fresh)
                 builder.append(oid, stored, refs)
                 if builder.size >= self.pack_size:
-                    if in_flight is not None:
-                        sent_bytes += in_flight.result()
-                    in_flight = pool.submit(self._send_pack, builder)
-                    uploaded += len(builder)
-                    packs += 1
+                    landed()
+                    in_flight = pool.submit(self._send_pack, builder), len(builder)
                     builder = PackBuilder()
-                    if progress is not None:
-                        progress(uploaded, total)
-            if in_flight is not None:
-                sent_bytes += in_flight.result()
-        if len(builder):
-            sent_bytes += self._send_pack(builder)
-            uploaded += len(builder)
-            packs += 1
-            if progress is not None:
-                progress(uploaded, total)
+            landed()
+            if len(builder):
+                in_flight = pool.submit(self._send_pack, builder), len(builder)
+                landed()
         return UploadReport(uploaded, packs, sent_bytes, skipped)
 
     def _send_pack(self, builder: PackBuilder) -> int:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -135,17 +136,15 @@ def test_an_unreachable_endpoint_is_remote_unreachable(s3_env: dict[str, str]) -
 
 
 _UPLOADER = textwrap.dedent("""
-    import os, signal, sys
+    import os, sys, time
     from ckpt.objstore import ObjectStore, parse_oid
     from ckpt.objstore.remote import RemoteRepo, parse_remote_url
     store = ObjectStore.open(sys.argv[1])
     oids = [parse_oid(line) for line in open(sys.argv[2]).read().split()]
     spec = parse_remote_url(sys.argv[3], endpoint=os.environ["AWS_ENDPOINT_URL"])
-    repo = RemoteRepo.connect(spec, None, create=True, pack_size=256 << 10)
-    def progress(done, total):
-        if done >= len(oids) // 2:
-            os.kill(os.getpid(), signal.SIGKILL)  # mid-upload: a pack may be in flight
-    repo.upload(store, oids, progress=progress)
+    repo = RemoteRepo.connect(spec, None, create=True, pack_size=64 << 10)
+    # Paced, so the parent's SIGKILL lands mid-upload (between packs or in one's PUT).
+    repo.upload(store, oids, progress=lambda done, total: time.sleep(0.05))
 """)
 
 
@@ -155,11 +154,19 @@ def test_an_upload_killed_with_sigkill_completes_on_the_next_run(
     listing = tmp_path / "oids"
     listing.write_text("\n".join(oid.hex() for oid in oids))
     source.close()
-    done = subprocess.run(
+    child = subprocess.Popen(
         [sys.executable, "-c", _UPLOADER, str(tmp_path / "a"), str(listing),
-         f"{s3_bucket.url}/repo"], env=dict(os.environ), capture_output=True, timeout=120,
-        check=False)
-    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
+         f"{s3_bucket.url}/repo"], env=dict(os.environ), stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while len(s3_bucket.keys("repo/index/")) < 3 and child.poll() is None:
+            assert time.monotonic() < deadline, "the upload never got going"
+            time.sleep(0.02)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.kill()
+        _, err = child.communicate(timeout=30)
+    assert child.returncode == -signal.SIGKILL, err.decode()[-2000:]
 
     source = ObjectStore.open(str(tmp_path / "a"))
     repo = connect(s3_bucket, pack_size=256 << 10)
