@@ -34,7 +34,7 @@ from ckpt.objstore import codec
 from ckpt.objstore.backend import BulkBackend
 from ckpt.objstore.errors import CorruptObject
 from ckpt.objstore.ids import ObjectId
-from ckpt.objstore.packfile import RECORD, check_record_bytes, encode_index
+from ckpt.objstore.packfile import encode_index
 from ckpt.objstore.remote import layout
 from ckpt.objstore.remote.envelopes import check_envelope
 from ckpt.objstore.remote.errors import (
@@ -46,7 +46,7 @@ from ckpt.objstore.remote.errors import (
 )
 from ckpt.objstore.remote.index import RemoteIndex
 from ckpt.objstore.remote.locks import HeldLock, LockKind
-from ckpt.objstore.remote.packs import Entry, PackBuilder, plan_spans
+from ckpt.objstore.remote.packs import Entry, PackBuilder, iter_records, plan_spans
 from ckpt.objstore.remote.reports import (
     FetchReport,
     RemoteCheckReport,
@@ -276,19 +276,10 @@ class RemoteRepo:
         except RemoteNotFound:
             raise RemoteCorrupt(self.url, key, "missing, though an index names it") from None
         for span, part in zip(spans, parts):
-            first = True
-            for oid, offset, length in span.entries:
-                at = offset - RECORD.size - span.start
-                record = part[at:at + RECORD.size + length]
-                if len(record) != RECORD.size + length:
-                    raise CorruptObject(oid, f"remote pack {key} ends before its record "
-                                             f"(truncated)")
-                problem = check_record_bytes(record, oid, offset, length)
-                if problem is not None:
-                    raise CorruptObject(oid, f"remote pack {key}: {problem}")
-                yield oid, record[RECORD.size:], len(part) if first else 0
-                first = False
-
+            got = len(part)
+            for oid, stored in iter_records(key, span, part):
+                yield oid, stored, got
+                got = 0
 
     # -- records and heads ---------------------------------------------------------------
 
