@@ -194,3 +194,23 @@ def test_a_server_killed_mid_session_is_unreachable_then_the_upload_completes(
     report = repo.upload(source, oids)
     assert report.objects == len(oids) - 30 and report.skipped_present == 30
     assert repo.check(full=True).problems == ()
+
+
+def test_a_pack_truncated_before_several_wanted_ranges_is_remote_corrupt(
+        s3_bucket: Bucket, tmp_path: Path) -> None:
+    # Ranges far apart go out as separate GETs; one starting past the truncated end is a 416
+    # from the server, named as the pack's damage (never a crash of the client).
+    source, oids = seeded_store(tmp_path / "a", 10, seed=16, big=2)
+    repo = connect(s3_bucket, pack_size=16 << 20)
+    repo.upload(source, oids)
+    [(full_key, entries)] = remote_packs(s3_bucket).items()
+    by_offset = sorted(entries, key=lambda e: e[1])
+    first, last = by_offset[0], by_offset[-1]
+    assert last[1] - (first[1] + first[2]) > 1 << 20  # a big object between: two GETs
+    data = s3_bucket.raw.get_object(s3_bucket.name, full_key)
+    s3_bucket.raw.put_object(s3_bucket.name, full_key, data[:first[1] + first[2] + 10])
+    target = ObjectStore.init(str(tmp_path / "b"))
+    with pytest.raises(RemoteCorrupt) as caught:
+        repo.fetch(target, [first[0], last[0]])
+    assert caught.value.key == full_key.removeprefix("repo/")
+    assert "\n" not in str(caught.value)
