@@ -13,22 +13,33 @@ from typing import Any
 
 from ckpt.objstore import codec
 from ckpt.objstore.errors import CorruptObject
-from ckpt.objstore.ids import ObjectId, StreamHasher
+from ckpt.objstore.ids import ObjectId, StreamHasher, hash_bytes
 from ckpt.objstore.store import ObjectStore
 
 # Decoding with references takes the store as `refs=` (objstore/codec.py's RefResolver);
 # called through `Any` so this module type-checks against codecs with and without it.
 _decode_stream: Any = codec.iter_decode_object
+_decode_whole: Any = codec.decode_object
+# Content up to this size is decoded in one call (a stream reader per object costs more than
+# the decoding of a small one); larger content is streamed.
+_WHOLE_CONTENT = 4 << 20
 
 
 def check_envelope(oid: ObjectId, stored: bytes | memoryview, store: ObjectStore | None) -> int:
     """The content size of a valid envelope of `oid`; CorruptObject naming `oid` otherwise.
     `store` resolves a dictionary or base (None: such an envelope is only checked for its
     framing, the caller having no store to decode it with)."""
-    codec.read_header(stored[:codec.HEADER_SIZE], oid)  # magic, format, known codec
+    _, length = codec.read_header(stored[:codec.HEADER_SIZE], oid)  # magic, format, codec
     refs = codec.envelope_refs(stored, oid)
     if refs and store is None:
         return 0
+    if length <= _WHOLE_CONTENT:
+        whole = bytes(stored)
+        data = (_decode_whole(whole, oid, refs=store) if refs
+                else codec.decode_object(whole, oid))
+        if hash_bytes(data, parallel=False) != oid:
+            raise CorruptObject(oid, "content does not match its id")
+        return len(data)
     stream = io.BytesIO(stored)
     chunks = (_decode_stream(stream, oid, refs=store) if refs
               else codec.iter_decode_object(stream, oid))

@@ -22,12 +22,12 @@ from collections.abc import Callable
 from ckpt.objstore import codec
 from ckpt.objstore.errors import CorruptObject
 from ckpt.objstore.ids import ObjectId, hash_bytes
-from ckpt.objstore.packfile import PACK_MAGIC, RECORD, check_record_bytes
+from ckpt.objstore.packfile import PACK_MAGIC, RECORD
 from ckpt.objstore.remote import layout
 from ckpt.objstore.remote.envelopes import check_envelope
 from ckpt.objstore.remote.errors import RemoteNotFound
 from ckpt.objstore.remote.index import RemoteIndex
-from ckpt.objstore.remote.packs import Entry, PackBuilder, plan_spans
+from ckpt.objstore.remote.packs import Entry, PackBuilder, iter_records, plan_spans, record_problem
 from ckpt.objstore.remote.reports import RemoteCheckReport, RemoteGcReport
 from ckpt.objstore.remote.transport import KeyInfo, S3Transport
 
@@ -67,13 +67,12 @@ def _check_pack_bytes(transport: S3Transport, key: str, packid: str, entries: li
     problems: list[str] = []
     if hash_bytes(data).hex() != packid:
         problems.append(f"{key}: its bytes do not match its name")
-    for oid, offset, length in entries:
-        record = data[offset - RECORD.size:offset + length]
-        problem = ("ends before its record" if len(record) != RECORD.size + length
-                   else check_record_bytes(record, oid, offset, length))
+    for entry in entries:
+        oid, offset, length = entry
+        problem = record_problem(data, offset - RECORD.size, entry)
         if problem is None:
             try:
-                check_envelope(oid, record[RECORD.size:], None)
+                check_envelope(oid, data[offset:offset + length], None)
             except CorruptObject as exc:
                 problem = exc.reason
         if problem is not None:
@@ -142,13 +141,6 @@ def _rewrite(transport: S3Transport, index: RemoteIndex, key: str, kept: list[En
     spans = plan_spans(kept)
     parts = transport.get_ranges(key, [(s.start, s.length) for s in spans])
     for span, part in zip(spans, parts):
-        for oid, offset, length in span.entries:
-            at = offset - RECORD.size - span.start
-            record = part[at:at + RECORD.size + length]
-            problem = ("ends before its record" if len(record) != RECORD.size + length
-                       else check_record_bytes(record, oid, offset, length))
-            if problem is not None:
-                raise CorruptObject(oid, f"remote pack {key}: {problem}")
-            stored = record[RECORD.size:]
+        for oid, stored in iter_records(key, span, part):
             builder.append(oid, stored, codec.envelope_refs(stored, oid))
     return send_pack(builder)

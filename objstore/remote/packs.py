@@ -8,11 +8,12 @@ same entries and every fetched record carries its own framing check.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from ckpt.objstore.errors import CorruptObject
 from ckpt.objstore.ids import ObjectId, hash_bytes
-from ckpt.objstore.packfile import PACK_MAGIC, RECORD, record_crc
+from ckpt.objstore.packfile import PACK_MAGIC, RECORD, check_record_bytes, record_crc
 
 # A fetch reads neighbouring records with one request when the gap between them is smaller
 # than this (a request costs more than this many bytes on most links), up to MAX_RANGE.
@@ -78,3 +79,24 @@ def plan_spans(entries: Iterable[Entry], *, gap: int = COALESCE_GAP,
     if group:
         spans.append(Span(start, end - start, tuple(group)))
     return spans
+
+
+def record_problem(data: bytes, at: int, entry: Entry) -> str | None:
+    """Why the record of `entry` found at `at` in `data` is not intact, or None."""
+    oid, offset, length = entry
+    record = data[at:at + RECORD.size + length]
+    if len(record) != RECORD.size + length:
+        return "ends before its record (truncated)"
+    return check_record_bytes(record, oid, offset, length)
+
+
+def iter_records(key: str, span: Span, data: bytes) -> Iterator[tuple[ObjectId, bytes]]:
+    """(oid, stored bytes) of each record `span`'s GET returned in `data`, framing checked;
+    CorruptObject naming the object (and the pack at `key`) if one is damaged."""
+    for entry in span.entries:
+        oid, offset, length = entry
+        at = offset - RECORD.size - span.start
+        problem = record_problem(data, at, entry)
+        if problem is not None:
+            raise CorruptObject(oid, f"remote pack {key}: {problem}")
+        yield oid, data[at + RECORD.size:at + RECORD.size + length]

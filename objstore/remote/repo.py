@@ -31,9 +31,10 @@ from contextlib import contextmanager
 from typing import Literal
 
 from ckpt.objstore import codec
+from ckpt.objstore.backend import BulkBackend
 from ckpt.objstore.errors import CorruptObject
 from ckpt.objstore.ids import ObjectId
-from ckpt.objstore.packfile import RECORD, check_record_bytes, encode_index
+from ckpt.objstore.packfile import encode_index
 from ckpt.objstore.remote import layout
 from ckpt.objstore.remote.envelopes import check_envelope
 from ckpt.objstore.remote.errors import (
@@ -45,7 +46,7 @@ from ckpt.objstore.remote.errors import (
 )
 from ckpt.objstore.remote.index import RemoteIndex
 from ckpt.objstore.remote.locks import HeldLock, LockKind
-from ckpt.objstore.remote.packs import Entry, PackBuilder, plan_spans
+from ckpt.objstore.remote.packs import Entry, PackBuilder, iter_records, plan_spans
 from ckpt.objstore.remote.reports import (
     FetchReport,
     RemoteCheckReport,
@@ -145,8 +146,9 @@ class RemoteRepo:
     def upload(self, store: ObjectStore, oids: Iterable[ObjectId],
                progress: Callable[[int, int], None] | None = None) -> UploadReport:
         """Send the objects of `oids` (and the dictionaries and bases their envelopes name)
-        that no remote index names, as packs. `progress(done, known)`: objects uploaded so
-        far, objects found to upload so far. ObjectNotFound if the store lacks one."""
+        that no remote index names, as packs. `progress(done, known)` after each pack is
+        indexed: objects uploaded so far, objects found to upload so far. ObjectNotFound if
+        the store lacks one."""
         self._index.sync(self._transport)
         known = self._index.locations
         queue = deque(dict.fromkeys(oids))
@@ -154,7 +156,21 @@ class RemoteRepo:
         skipped = uploaded = packs = sent_bytes = 0
         total = sum(1 for oid in queue if oid not in known)
         builder = PackBuilder()
-        in_flight: Future[int] | None = None
+        # One pack in flight on a thread while the next is read and checked here.
+        in_flight: tuple[Future[int], int] | None = None
+
+        def landed() -> None:
+            nonlocal in_flight, uploaded, packs, sent_bytes
+            if in_flight is None:
+                return
+            future, count = in_flight
+            in_flight = None
+            sent_bytes += future.result()
+            uploaded += count
+            packs += 1
+            if progress is not None:
+                progress(uploaded, total)
+
         with ThreadPoolExecutor(1, thread_name_prefix="ckpt-remote-put") as pool:
             while queue:
                 oid = queue.popleft()
@@ -172,22 +188,13 @@ class RemoteRepo:
                 queue.extend(fresh)
                 builder.append(oid, stored, refs)
                 if builder.size >= self.pack_size:
-                    if in_flight is not None:
-                        sent_bytes += in_flight.result()
-                    in_flight = pool.submit(self._send_pack, builder)
-                    uploaded += len(builder)
-                    packs += 1
+                    landed()
+                    in_flight = pool.submit(self._send_pack, builder), len(builder)
                     builder = PackBuilder()
-                    if progress is not None:
-                        progress(uploaded, total)
-            if in_flight is not None:
-                sent_bytes += in_flight.result()
-        if len(builder):
-            sent_bytes += self._send_pack(builder)
-            uploaded += len(builder)
-            packs += 1
-            if progress is not None:
-                progress(uploaded, total)
+            landed()
+            if len(builder):
+                in_flight = pool.submit(self._send_pack, builder), len(builder)
+                landed()
         return UploadReport(uploaded, packs, sent_bytes, skipped)
 
     def _send_pack(self, builder: PackBuilder) -> int:
@@ -223,6 +230,7 @@ class RemoteRepo:
             later: list[ObjectId] = []
             for packid, entries in self._by_pack(wanted).items():
                 key = layout.pack_key(packid)
+                checked: list[tuple[ObjectId, bytes]] = []
                 for oid, stored, span_bytes in self._read_records(key, entries):
                     requests += span_bytes > 0
                     fetched_bytes += span_bytes
@@ -232,7 +240,8 @@ class RemoteRepo:
                         later.extend(r for r in lacking if r not in asked)
                         asked.update(lacking)
                         continue
-                    put += self._store_checked(store, oid, stored)
+                    checked.append((oid, _checked(store, oid, stored)))
+                put += _put_new(store, checked)
             wanted = later
         while waiting:
             ready = [oid for oid, stored in waiting.items()
@@ -241,8 +250,8 @@ class RemoteRepo:
                 oid = next(iter(waiting))
                 raise CorruptObject(oid, "its dictionary or delta base never arrives "
                                          "(a reference cycle on the remote)")
-            for oid in ready:
-                put += self._store_checked(store, oid, waiting.pop(oid))
+            for oid in ready:  # one at a time: one of them may be another's base
+                put += _put_new(store, [(oid, _checked(store, oid, waiting.pop(oid)))])
         store.sync()
         return FetchReport(put, fetched_bytes, requests)
 
@@ -267,26 +276,10 @@ class RemoteRepo:
         except RemoteNotFound:
             raise RemoteCorrupt(self.url, key, "missing, though an index names it") from None
         for span, part in zip(spans, parts):
-            first = True
-            for oid, offset, length in span.entries:
-                at = offset - RECORD.size - span.start
-                record = part[at:at + RECORD.size + length]
-                if len(record) != RECORD.size + length:
-                    raise CorruptObject(oid, f"remote pack {key} ends before its record "
-                                             f"(truncated)")
-                problem = check_record_bytes(record, oid, offset, length)
-                if problem is not None:
-                    raise CorruptObject(oid, f"remote pack {key}: {problem}")
-                yield oid, record[RECORD.size:], len(part) if first else 0
-                first = False
-
-    @staticmethod
-    def _store_checked(store: ObjectStore, oid: ObjectId, stored: bytes) -> int:
-        try:
-            check_envelope(oid, stored, store)
-        except CorruptObject as exc:
-            raise CorruptObject(oid, f"fetched from the remote: {exc.reason}") from None
-        return 1 if store.backend.put(oid, stored) else 0
+            got = len(part)
+            for oid, stored in iter_records(key, span, part):
+                yield oid, stored, got
+                got = 0
 
     # -- records and heads ---------------------------------------------------------------
 
@@ -366,6 +359,23 @@ class RemoteRepo:
         self._index.sync(self._transport)
         return collect_remote(self._transport, self._index, live, grace_seconds=grace_seconds,
                               now=self._clock(), send_pack=self._send_pack)
+
+
+def _checked(store: ObjectStore, oid: ObjectId, stored: bytes) -> bytes:
+    try:
+        check_envelope(oid, stored, store)
+    except CorruptObject as exc:
+        raise CorruptObject(oid, f"fetched from the remote: {exc.reason}") from None
+    return stored
+
+
+def _put_new(store: ObjectStore, objects: list[tuple[ObjectId, bytes]]) -> int:
+    """Store checked envelopes as they are (the store lacked them when the fetch began);
+    how many were new. A bulk backend takes them in one lock round."""
+    backend = store.backend
+    if isinstance(backend, BulkBackend):
+        return sum(backend.put_absent_many(objects))
+    return sum(backend.put(oid, stored) for oid, stored in objects)
 
 
 def head_name(session: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -21,6 +22,7 @@ from obstore.store import S3Store
 from ckpt.objstore.remote.credentials import read_settings
 from ckpt.objstore.remote.errors import (
     RemoteAuthError,
+    RemoteCorrupt,
     RemoteError,
     RemoteNotFound,
     RemoteUnreachable,
@@ -28,6 +30,7 @@ from ckpt.objstore.remote.errors import (
 from ckpt.objstore.remote.url import RemoteSpec
 
 RETRIES = 3
+RANGE_THREADS = 4
 # Per request, whole body included: a 64 MiB pack over a slow link must fit.
 REQUEST_TIMEOUT = 600.0
 # Above this a PUT goes out in parts (S3 takes at most 5 GB in one PUT).
@@ -108,6 +111,8 @@ class S3Transport:
             raise RemoteAuthError(self.url, f"access denied ({_auth_reason(lowered)})") from None
         if any(hint in lowered for hint in _UNREACHABLE_HINTS):
             raise RemoteUnreachable(self.url, f"unreachable: {text}") from None
+        if "416 range not satisfiable" in lowered:
+            raise RemoteCorrupt(self.url, key, "shorter than its index says") from None
         if "412 precondition failed" in lowered:
             raise PreconditionFailed(key) from None
         raise RemoteError(self.url, text) from None
@@ -124,14 +129,19 @@ class S3Transport:
             self._fail(exc, key)
 
     def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """The bytes of each (start, length) of `key`, fetched concurrently; a range past the
-        end comes back short (or fails) - the caller checks lengths."""
-        if not ranges:
-            return []
+        """The bytes of each (start, length) of `key`, up to RANGE_THREADS at once. A range
+        that runs past the end comes back short; one that starts past it is RemoteCorrupt.
+        (One GET per range: obstore's own get_ranges merges ranges itself and panics when
+        the object is shorter than they say, as a truncated pack is.)"""
+        if len(ranges) <= 1:
+            return [self._get_range(key, start, length) for start, length in ranges]
+        with ThreadPoolExecutor(min(RANGE_THREADS, len(ranges)),
+                                thread_name_prefix="ckpt-remote-get") as pool:
+            return list(pool.map(lambda r: self._get_range(key, *r), ranges))
+
+    def _get_range(self, key: str, start: int, length: int) -> bytes:
         try:
-            parts = obstore.get_ranges(self._store, key, starts=[s for s, _ in ranges],
-                                       lengths=[n for _, n in ranges])
-            return [bytes(p) for p in parts]
+            return bytes(obstore.get_range(self._store, key, start=start, length=length))
         except (obx.BaseError, OSError) as exc:
             self._fail(exc, key)
 

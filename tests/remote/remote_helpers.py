@@ -9,6 +9,7 @@ from pathlib import Path
 from seaweed import Bucket
 
 from ckpt.objstore import ObjectId, ObjectStore
+from ckpt.objstore.packfile import decode_index
 from ckpt.objstore.remote import RemoteRepo, parse_remote_url
 
 
@@ -24,8 +25,8 @@ def seeded_store(path: Path, count: int, seed: int, *, big: int = 0) -> tuple[Ob
         data = (rng.randbytes(size) if n % 2 else
                 (f"line {n} " * (size // 8 + 1)).encode()[:size] + n.to_bytes(4, "little"))
         oids.append(store.put_bytes(data))
-    for _ in range(big):
-        oids.append(store.put_bytes(rng.randbytes(rng.randrange(1 << 20, 3 << 20))))
+    oids.extend(store.put_bytes(rng.randbytes(rng.randrange(1 << 20, 3 << 20)))
+                for _ in range(big))
     store.sync()
     return store, list(dict.fromkeys(oids))
 
@@ -35,3 +36,15 @@ def connect(bucket: Bucket, cache: Path | None = None, *, create: bool = True,
     spec = parse_remote_url(f"{bucket.url}/{prefix}", endpoint=bucket.endpoint)
     return RemoteRepo.connect(spec, None if cache is None else str(cache), create=create,
                               **options)  # type: ignore[arg-type]
+
+
+def remote_packs(bucket: Bucket, prefix: str = "repo") -> dict[str, list[tuple[ObjectId, int, int]]]:
+    """Each indexed pack's key and its (oid, offset, length) entries, read with the raw client."""
+    found = {}
+    for key in bucket.keys(f"{prefix}/index/"):
+        packid = key.rsplit("/", 1)[-1]
+        oids, locations, _ = decode_index(bucket.raw.get_object(bucket.name, key))
+        entries = [(ObjectId(oids[32 * n:32 * n + 32]), locations[2 * n], locations[2 * n + 1])
+                   for n in range(len(oids) // 32)]
+        found[f"{prefix}/packs/{packid[:2]}/{packid}"] = entries
+    return found
