@@ -48,11 +48,11 @@ LOCK_NAME = "lock"
 LOG_NAME = "log"
 
 # The environment a request carries (and the server applies, unsetting CKPT_* names not sent):
-# what the CLI and the library read.
+# what the CLI and the library read (AWS_*: a remote's S3 credentials, region and endpoint).
 FORWARDED_NAMES = frozenset(("TERM", "COLUMNS", "LINES", "NO_COLOR", "LANG", "PYTHONIOENCODING",
                              "HOME", "TZ", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM",
                              "GIT_CONFIG_NOSYSTEM", "CLAUDE_PROJECT_DIR"))
-FORWARDED_PREFIXES = ("CKPT_", "LC_", "XDG_")
+FORWARDED_PREFIXES = ("CKPT_", "LC_", "XDG_", "AWS_")
 
 _SUN_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL on Linux (104 on BSDs)
 _INT_SIZE = 4  # an fd in SCM_RIGHTS data: a C int

@@ -152,7 +152,7 @@ class RemoteRepo:
         self._index.sync(self._transport)
         known = self._index.locations
         queue = deque(dict.fromkeys(oids))
-        seen: set[ObjectId] = set()
+        queued = set(queue)
         skipped = uploaded = packs = sent_bytes = 0
         total = sum(1 for oid in queue if oid not in known)
         builder = PackBuilder()
@@ -174,18 +174,16 @@ class RemoteRepo:
         with ThreadPoolExecutor(1, thread_name_prefix="ckpt-remote-put") as pool:
             while queue:
                 oid = queue.popleft()
-                if oid in seen:
-                    continue
-                seen.add(oid)
                 if oid in known:
                     skipped += 1
                     continue
                 stored = store.backend.get(oid)
                 check_envelope(oid, stored, store)
                 refs = codec.envelope_refs(stored, oid)
-                fresh = [r for r in refs if r not in seen and r not in known]
-                total += len(fresh)
+                fresh = [r for r in refs if r not in queued]
+                queued.update(fresh)
                 queue.extend(fresh)
+                total += sum(r not in known for r in fresh)
                 builder.append(oid, stored, refs)
                 if builder.size >= self.pack_size:
                     landed()

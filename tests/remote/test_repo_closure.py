@@ -1,0 +1,53 @@
+"""The closure of an upload, fetch and gc: an envelope that names a zstd dictionary (codec 2,
+issue 29) takes its dictionary along, is fetched after it, and keeps it alive in gc. Runs once
+the store can write dictionaries (`ObjectStore.train_dictionary`); skipped before."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from remote_helpers import connect
+from seaweed import Bucket
+
+from ckpt.objstore import ObjectId, ObjectStore
+
+
+def _dictionary_store(path: Path) -> tuple[ObjectStore, ObjectId, list[ObjectId]]:
+    store = ObjectStore.init(str(path))
+    train = getattr(store, "train_dictionary", None)
+    if train is None:
+        pytest.skip("this store writes no dictionaries yet (issue 29's codec 2)")
+    rng = random.Random(29)
+
+    def record(n: int) -> bytes:
+        return json.dumps({"id": n, "name": f"user-{rng.randrange(10**6)}", "active": n % 2 == 0,
+                           "tags": ["alpha", "beta", "gamma"][: n % 3 + 1]}).encode()
+
+    dictionary = train([record(n) for n in range(400)])
+    oids = [store.put_bytes(record(n) * 3) for n in range(1000, 1060)]
+    store.sync()
+    if not any(store.backend.get(oid)[4] == 2 for oid in oids):
+        pytest.skip("the store chose no dictionary for these objects")
+    return store, dictionary, oids
+
+
+def test_upload_fetch_and_gc_carry_the_dictionary_along(s3_bucket: Bucket, tmp_path: Path
+                                                        ) -> None:
+    source, dictionary, oids = _dictionary_store(tmp_path / "a")
+    repo = connect(s3_bucket)
+    assert repo.upload(source, [dictionary]).objects == 1  # a pack of its own
+    report = repo.upload(source, oids)
+    assert report.objects == len(oids) and report.skipped_present == 1  # the dictionary
+    assert s3_bucket.keys("repo/refs/")  # the pack names what its envelopes need
+
+    with repo.lock("exclusive"):
+        gc = repo.gc(set(oids), grace_seconds=0)  # the dictionary is not in `live`
+    assert gc.packs_deleted == 0
+    target = ObjectStore.init(str(tmp_path / "b"))
+    fetched = connect(s3_bucket, create=False).fetch(target, oids)
+    assert fetched.objects == len(oids) + 1 and target.has(dictionary)
+    assert all(target.get_bytes(oid) == source.get_bytes(oid) for oid in oids)
+    assert repo.check(full=True).problems == ()
