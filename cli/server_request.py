@@ -20,8 +20,8 @@ from ckpt.cli.wire import ProtocolError, is_forwarded, parse_request
 # Commands run by the client itself: long work that should not hold the server (bench, gc,
 # fsck, tune; push and pull, whose uploads and downloads would hold the server's one executor),
 # a store being made (init), the server's own control, shell completion and the long-lived
-# stdio MCP server. `remote` runs there too: every command that may reach a remote runs with
-# the client's own environment (the AWS_* credentials are never forwarded to the server).
+# stdio MCP server. `remote` runs there too: every command that may reach a remote runs in
+# the client, so no transfer ever holds the server.
 LOCAL_COMMANDS = frozenset({"init", "bench", "gc", "fsck", "tune", "server", "completion", "mcp",
                             "push", "pull", "remote"})
 # Commands that reach a remote when given `--remote`, or (restore, diff, show, cat, undo) when the

@@ -15,14 +15,8 @@ from ckpt.cli import wire
 
 ROOT = Path(__file__).resolve().parents[2]
 READS = re.compile(r"""(?:environ(?:b)?\.get|getenv|env\.get|environ(?:b)?\[|env\[)\(?\s*b?["']([A-Z][A-Z0-9_]+)["']""")
-# Read by the client or the server themselves, never by a served command; the AWS names are
-# read only by the remote code, which runs only in the client (cli/server_request.py: push,
-# pull, remote, `--remote`, and restore/diff/show/cat/undo of a store with remotes).
+# Read by the client or the server themselves, never by a served command.
 NOT_FOR_COMMANDS = {"CKPT_SERVER_TEST_VERSION"}
-
-
-def not_for_commands(name: str) -> bool:
-    return name in NOT_FOR_COMMANDS or name.startswith("AWS_")
 
 
 def names_read() -> set[str]:
@@ -38,5 +32,5 @@ def test_the_scan_finds_names() -> None:
 
 
 def test_every_name_read_is_forwarded() -> None:
-    missing = sorted(n for n in names_read() if not not_for_commands(n) and not wire.is_forwarded(n))
+    missing = sorted(n for n in names_read() - NOT_FOR_COMMANDS if not wire.is_forwarded(n))
     assert not missing, f"read by ckpt but not forwarded to the server: {missing}"

@@ -1,6 +1,6 @@
 """The resident server never runs what may reach a remote: push, pull, `remote`, the `--remote`
-forms, and restore/diff/show/cat of a store with remotes (and undo, whose pre-restore checkpoint may be one pulled) run in the client (long transfers
-would hold the server's one executor, and the client's AWS credentials are not forwarded)."""
+forms, and restore/diff/show/cat/undo of a store with remotes run in the client (a long
+transfer would hold the server's one executor)."""
 
 from __future__ import annotations
 
