@@ -28,6 +28,7 @@ from ckpt.checkpoints.journal import RestoreIntent, decode_intent, read_intent
 from ckpt.checkpoints.lock import RootLock
 from ckpt.checkpoints.model import Event
 from ckpt.checkpoints.reindex import REPAIR_HINT
+from ckpt.checkpoints.remote_config import hollow_ids
 from ckpt.checkpoints.restoring import read_journal
 from ckpt.checkpoints.retention import select_prunable
 from ckpt.checkpoints.statcache import check_stat_cache
@@ -147,7 +148,7 @@ class Maintenance:
             # Targets of killed restores not yet completed are live, even if their record was
             # pruned meanwhile, or completing them would fail for good.
             journaled = self._journaled_intents()
-            roots = ws.catalog.tree_roots() + [intent.tree for intent in journaled]
+            roots = self._gc_roots() + [intent.tree for intent in journaled]
             swept = 0
             if not dry_run:
                 swept = self._sweep_temporaries(time.time() - grace,
@@ -168,6 +169,15 @@ class Maintenance:
         return GcReport(found.objects_removed, found.bytes_freed, found.objects_kept,
                         found.objects_young, found.temporaries_removed + swept, dry_run, held,
                         None if stopped is None else display_text(str(stopped)))
+
+    def _gc_roots(self) -> list[ObjectId]:
+        """Every checkpoint's tree but those of hollow ones (pulled from a remote, objects
+        not fetched): the remote keeps theirs, and what of them is here is a cache."""
+        hollow = hollow_ids(self._ws.store_dir)
+        if not hollow:
+            return self._ws.catalog.tree_roots()
+        return sorted({r.tree for r in self._ws.catalog.history(session=None)
+                       if r.id not in hollow})
 
     def _held_back(self, roots: Sequence[ObjectId], grace: float) -> HeldBack | None:
         """The unreachable objects inside the grace period, as the store holds them now, and
@@ -259,10 +269,15 @@ class Maintenance:
         from ckpt.checkpoints.reports import CheckReport  # noqa: PLC0415 (lazy: see the module)
         from ckpt.objstore.fsck import check_store  # noqa: PLC0415 (lazy: see the module)
 
-        report = check_store(ws.objects, [r.tree for r in records], full=full)
-        damaged = tuple(r.id for r in records if r.tree in report.damaged_roots)
+        hollow = hollow_ids(ws.store_dir)
+        report = check_store(ws.objects, [r.tree for r in records if r.id not in hollow],
+                             full=full)
+        damaged = tuple(r.id for r in records
+                        if r.tree in report.damaged_roots and r.id not in hollow)
         journals, caches = self._check_root_files()
-        return CheckReport(report, damaged, tuple(catalog_problems) + journals, caches)
+        remote_only = tuple(r.id for r in records if r.id in hollow)
+        return CheckReport(report, damaged, tuple(catalog_problems) + journals, caches,
+                           remote_only)
 
     def _check_root_files(self) -> tuple[tuple[Finding, ...], tuple[Finding, ...]]:
         """Damaged restore journals (in the catalog, or an older ckpt's files) and stat caches

@@ -54,6 +54,8 @@ from ckpt.objstore.errors import StoreNotFound
 if TYPE_CHECKING:
     from ckpt.checkpoints.maintenance import Maintenance
     from ckpt.checkpoints.patch import FilePatch
+    from ckpt.checkpoints.remote_config import RemoteInfo
+    from ckpt.checkpoints.remotes import Remote
     from ckpt.checkpoints.reports import (
         AbandonedRestore,
         CheckReport,
@@ -62,6 +64,10 @@ if TYPE_CHECKING:
         GcReport,
         PathChange,
         PruneReport,
+        PullReport,
+        PushReport,
+        RemoteCheck,
+        RemoteGc,
         RestoreReport,
         StoreStats,
     )
@@ -362,6 +368,7 @@ class Checkpoints:
         if cwd is not None and options.paths:
             options = dataclasses.replace(options, paths=tuple(
                 os.path.join(cwd, os.fsdecode(p)) for p in options.paths))
+        options = self._from_remote(ref, options)
         target, only = self._restorer.resolve(ref, options)
         started = time.monotonic()
         if options.target is not None:
@@ -494,7 +501,7 @@ class Checkpoints:
     def files(self, ref: str) -> builtins.list[FileEntry]:
         from ckpt.checkpoints.reports import FileEntry  # noqa: PLC0415 (lazy: see the module)
 
-        record = self.get(ref)
+        record = self._local(self.get(ref))
         return [FileEntry(path, e.kind, e.size, e.oid, e.target)
                 for path, e in iter_leaves(self.objects.get_tree, record.tree, None)]
 
@@ -536,6 +543,8 @@ class Checkpoints:
             parent = self.get(record.parent)
         except UnknownCheckpoint:
             return None
+        if self._hollow() & {record.id, parent.id}:
+            return None  # its objects are on a remote: not fetched just to count
         changes = diff_trees(self.objects.get_tree, parent.tree, record.tree)
         if record.scope == "paths":
             covered = record.paths
@@ -556,9 +565,9 @@ class Checkpoints:
         """What changed from checkpoint `ref` to the workspace (or to checkpoint `ref2`): its
         leaves added, deleted, modified or changed in type, and as "S" (not captured, with the
         reason) each path the newer state skipped that `ref` did not."""
-        record = self.get(ref)
+        record = self._local(self.get(ref))
         if ref2 is not None:
-            other = self.get(ref2)
+            other = self._local(self.get(ref2))
             return with_not_captured(diff_trees(self.objects.get_tree, record.tree, other.tree),
                                      record.skipped, other.skipped)
         with self._writing("diff") as locked:
@@ -588,7 +597,7 @@ class Checkpoints:
         return entry
 
     def read_file(self, ref: str, path: str | bytes) -> bytes:
-        entry = self._find_entry(self.get(ref), path)
+        entry = self._find_entry(self._local(self.get(ref)), path)
         if entry.kind is EntryKind.SYMLINK:
             assert entry.target is not None
             return entry.target
@@ -599,7 +608,7 @@ class Checkpoints:
 
     def copy_file(self, ref: str, path: str | bytes, out: BinaryIO) -> int:
         """Stream one file of a checkpoint into `out` (verified at the end)."""
-        entry = self._find_entry(self.get(ref), path)
+        entry = self._find_entry(self._local(self.get(ref)), path)
         if entry.kind is EntryKind.SYMLINK:
             assert entry.target is not None
             out.write(entry.target)
@@ -639,3 +648,166 @@ class Checkpoints:
 
     def stats(self) -> StoreStats:
         return self._maintenance.stats()
+
+    # -- remotes (remotes.py; the remote code is imported only when one is used) -----------
+
+    def remote_add(self, name: str, url: str, *, endpoint: str | None = None,
+                   region: str | None = None) -> RemoteInfo:
+        """Configure remote `name` at `url` (`s3://bucket/prefix`) in `<store>/remotes.toml`;
+        nothing is sent. Credentials are never stored: the S3 client reads the standard AWS
+        environment variables and files. RemoteExists / BadRemote."""
+        from ckpt.checkpoints import remote_config as rc  # noqa: PLC0415 (remotes on use)
+        from ckpt.checkpoints.remotes import check_url  # noqa: PLC0415
+
+        rc.parse_remote_name(name)
+        check_url(url, endpoint, region)
+        remotes = rc.read_remotes(self.store_dir)
+        if name in remotes:
+            raise rc.RemoteExists(name)
+        info = rc.RemoteInfo(name, url, endpoint, region)
+        rc.write_remotes(self.store_dir, {**remotes, name: info})
+        return info
+
+    def remote_list(self) -> builtins.list[RemoteInfo]:
+        from ckpt.checkpoints.remote_config import read_remotes  # noqa: PLC0415
+
+        return [info for _, info in sorted(read_remotes(self.store_dir).items())]
+
+    def remote_remove(self, name: str) -> None:
+        """Forget remote `name` and its local cache (the remote itself is left as it is)."""
+        import shutil  # noqa: PLC0415
+
+        from ckpt.checkpoints import remote_config as rc  # noqa: PLC0415
+
+        remotes = rc.read_remotes(self.store_dir)
+        if name not in remotes:
+            raise rc.UnknownRemote(name, sorted(remotes))
+        del remotes[name]
+        rc.write_remotes(self.store_dir, remotes)
+        shutil.rmtree(os.path.join(self.store_dir, rc.REMOTES_DIR, name), ignore_errors=True)
+
+    @contextmanager
+    def _remote(self, name: str | None) -> Iterator[Remote]:
+        from ckpt.checkpoints.remotes import Remote  # noqa: PLC0415
+
+        self.settle()
+        remote = Remote.choose(self._ws, name)
+        try:
+            yield remote
+        finally:
+            remote.close()
+
+    def push(self, remote: str | None = None, *, session: str | None = None,
+             ids: Sequence[str] = (), progress: ProgressFn | None = None) -> PushReport:
+        """Send checkpoints to `remote` (None: the only one): the named `ids`, else the
+        checkpoints of `session`, else of every session, on this root, that the remote lacks.
+        Their objects go first, as packs; each record only once all it needs is indexed.
+        `progress("upload", done, total)` follows the upload."""
+        if ids:
+            records = [self.resolve(ref) for ref in ids]
+        else:
+            records = self.catalog.history(session=session, root=self.root)
+
+        def uploaded(done: int, total: int) -> None:
+            if progress is not None:
+                progress("upload", done, total)
+        with self._remote(remote) as link:
+            return link.push(records, uploaded if progress is not None else None)
+
+    def pull(self, remote: str | None = None, *, session: str | None = None) -> PullReport:
+        """Adopt the remote's checkpoints (of `session`) that this store lacks. Their objects
+        stay on the remote ("hollow") until a restore, diff or show needs them."""
+        with self._remote(remote) as link:
+            fetched, _present = link.fetch_records(session=session)
+            with self._writing("pull"):
+                return link.adopt(fetched)
+
+    def remote_history(self, remote: str | None = None, *,
+                       session: str | None = None) -> builtins.list[CheckpointRecord]:
+        """The checkpoints on `remote` (of `session`; None: every one), oldest first."""
+        with self._remote(remote) as link:
+            return link.history(session=session)
+
+    def fsck_remote(self, remote: str | None = None, *, full: bool = False) -> RemoteCheck:
+        with self._remote(remote) as link:
+            return link.check(full=full)
+
+    def gc_remote(self, remote: str | None = None, *,
+                  grace_seconds: float | None = None) -> RemoteGc:
+        """Delete the remote's packs that no record there needs, past the grace period
+        (default: the store's gc_grace_seconds), under the remote's exclusive lock."""
+        grace = self.config.gc_grace_seconds if grace_seconds is None else grace_seconds
+        with self._remote(remote) as link:
+            return link.gc(grace_seconds=grace)
+
+    def prune_remote(self, remote: str | None = None, *, reason: str | None = None,
+                     turn_id: str | None = None, keep_latest: int | None = None,
+                     older_than: timedelta | None = None, dry_run: bool = False,
+                     grace_seconds: float | None = None) -> RemoteGc:
+        """Delete this session's records on the remote (every root) that match every
+        filter, under its exclusive lock, then gc the remote. Local checkpoints stay."""
+        from ckpt.checkpoints.remotes import prune_filter  # noqa: PLC0415
+        from ckpt.checkpoints.reports import RemoteGc  # noqa: PLC0415
+
+        pick = prune_filter(now=self._ws.clock(), session=self.session, reason=reason,
+                            turn_id=turn_id, keep_latest=keep_latest, older_than=older_than)
+        grace = self.config.gc_grace_seconds if grace_seconds is None else grace_seconds
+        with self._remote(remote) as link:
+            if dry_run:
+                with link.locked("shared") as repo:
+                    chosen = pick(link.records(repo, session=self.session))
+                return RemoteGc(link.info.name, 0, 0, 0, 0,
+                                tuple(sorted(f[2].id for f in chosen)), dry_run=True)
+            return link.gc(grace_seconds=grace, remove=pick)
+
+    def _hollow(self) -> set[str]:
+        """Ids of the checkpoints whose objects are on a remote only (one stat without)."""
+        from ckpt.checkpoints.remote_config import hollow_ids  # noqa: PLC0415
+
+        return hollow_ids(self.store_dir)
+
+    def _local(self, record: CheckpointRecord) -> CheckpointRecord:
+        """`record`, its objects fetched first if it is hollow (pulled, not yet here)."""
+        from ckpt.checkpoints.remote_config import Origin, read_origins  # noqa: PLC0415
+
+        origin = read_origins(self.store_dir).get(record.id)
+        if origin is not None and origin.state is Origin.HOLLOW:
+            self._hydrate(record, origin.remote)
+        return record
+
+    def _hydrate(self, record: CheckpointRecord, name: str) -> None:
+        from ckpt.checkpoints.remote_config import read_remotes  # noqa: PLC0415
+
+        # The remote it came from, or the only one if that was removed since.
+        with self._remote(name if name in read_remotes(self.store_dir) else None) as link:
+            link.hydrate(record)
+
+    def _from_remote(self, ref: str, options: RestoreOptions) -> RestoreOptions:
+        """Before a restore: a checkpoint only a remote has is pulled, and a hollow one's
+        objects fetched (before any planning: damaged remote data leaves the workspace as it
+        is). A checkpoint that came from a remote may have been taken at another path: the
+        user asked for it by id, so it is restored here (no ForeignCheckpoint)."""
+        from ckpt.checkpoints.remote_config import has_remotes, read_origins  # noqa: PLC0415
+
+        if not has_remotes(self.store_dir):
+            return options
+        from ckpt.checkpoints.errors import UnknownCheckpoint  # noqa: PLC0415
+        from ckpt.checkpoints.remotes import remotes_holding  # noqa: PLC0415
+
+        try:
+            record = self.resolve(ref)
+        except UnknownCheckpoint:
+            found = remotes_holding(self._ws, ref)
+            if found is None:
+                raise
+            link, fetched = found
+            try:
+                with self._writing("pull"):
+                    link.adopt([fetched])
+            finally:
+                link.close()
+            record = fetched[2]
+        self._local(record)
+        if record.id in read_origins(self.store_dir):
+            options = dataclasses.replace(options, from_other_root=True)
+        return options

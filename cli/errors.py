@@ -2,8 +2,10 @@
 
 Owns the exit codes of the CLI contract (docs/CLI.md) and the words users see for every error:
 
-    0 ok · 1 user error (also: unsupported platform) · 2 usage · 3 nothing matched / partial
-    restore · 4 store busy · 5 corruption · 6 server lost · 130 interrupted
+    0 ok · 1 user error (also: unsupported platform; a remote unreachable or refusing the
+    credentials) · 2 usage · 3 nothing matched / partial restore · 4 store busy (also: a
+    remote locked by another machine) · 5 corruption (also: damaged remote data) · 6 server
+    lost · 130 interrupted
 
 `SERVER_LOST` is given only by the thin client (cli/client.py, which hard-codes it): the server
 accepted the command and died before it ended.
@@ -160,6 +162,29 @@ def _config_error(exc: Any) -> Failure:
     return Failure(USER_ERROR, show(exc), hint)
 
 
+_REMOTE_HINT = "check the remote's URL and --endpoint ('ckpt remote list') and that it is up"
+_AUTH_HINT = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) for this "
+              "remote; ckpt stores no credentials")
+
+
+def _remote_locked(exc: Any) -> Failure:
+    holder = getattr(exc, "holder", None)
+    who = f": {show(holder)}" if holder else ""
+    return Failure(STORE_BUSY, f"remote locked{who}",
+                   "another machine's gc or prune holds it; wait and run again (a lock not "
+                   "refreshed for 30 min is stale and ignored)")
+
+
+def _remote_damaged(exc: Any) -> Failure:
+    return Failure(CORRUPTION, show(exc), "'ckpt fsck --remote' lists the damage; a push "
+                   "from a machine that has the checkpoints uploads missing objects again")
+
+
+def _unknown_remote(exc: Any) -> Failure:
+    return Failure(USER_ERROR, show(exc),
+                   "'ckpt remote list' shows the remotes; 'ckpt remote add NAME URL' adds one")
+
+
 def _cli_error(exc: Any) -> Failure:
     return Failure(exc.code, exc.message, exc.hint)
 
@@ -226,6 +251,18 @@ RULES: dict[str, Rule] = {
     "ckpt.objstore.errors.ContentChanged": _message(USER_ERROR, "a file changed while it was read; "
                                                            "run the command again"),
     "ckpt.objstore.errors.StoreWriteError": _store_write,
+    # remotes (the object layer's errors, named by path: never imported to be recognised)
+    "ckpt.checkpoints.remote_config.UnknownRemote": _unknown_remote,
+    "ckpt.checkpoints.remote_config.RemoteDataDamaged": _remote_damaged,
+    "ckpt.objstore.remote.errors.RemoteUnreachable": _message(USER_ERROR, _REMOTE_HINT),
+    "ckpt.objstore.remote.errors.RemoteAuthError": _message(USER_ERROR, _AUTH_HINT),
+    "ckpt.objstore.remote.errors.RemoteLocked": _remote_locked,
+    "ckpt.objstore.remote.errors.RemoteCorrupt": _remote_damaged,
+    "ckpt.objstore.remote.errors.RemoteFormatError": _message(
+        USER_ERROR, "point the remote at a bucket/prefix that 'ckpt push' created, or an "
+        "empty one"),
+    "ckpt.objstore.remote.errors.RemoteConflict": _message(USER_ERROR, "run the command again"),
+    "ckpt.objstore.remote.errors.RemoteError": _message(USER_ERROR, _REMOTE_HINT),
     # roots
     "ckpt.checkpoints.errors.CheckpointError": _message(USER_ERROR),
     "ckpt.objstore.errors.ObjstoreError": _message(CORRUPTION, _FSCK_HINT),
@@ -254,6 +291,13 @@ KINDS: dict[str, str] = {
     "ckpt.objstore.errors.StoreNotFound": "not_initialized",
     "ckpt.objstore.errors.ContentChanged": "content_changed",
     "ckpt.objstore.errors.StoreWriteError": "os_error",
+    "ckpt.checkpoints.remote_config.UnknownRemote": "unknown_remote",
+    "ckpt.checkpoints.remote_config.RemoteDataDamaged": "corrupt",
+    "ckpt.objstore.remote.errors.RemoteUnreachable": "remote_unreachable",
+    "ckpt.objstore.remote.errors.RemoteAuthError": "remote_auth",
+    "ckpt.objstore.remote.errors.RemoteLocked": "remote_locked",
+    "ckpt.objstore.remote.errors.RemoteCorrupt": "corrupt",
+    "ckpt.objstore.remote.errors.RemoteError": "remote_error",
     "ckpt.checkpoints.errors.CheckpointError": "user_error",
     "ckpt.checkpoints.errors.CatalogCorrupt": "corrupt",
     "ckpt.objstore.errors.ObjstoreError": "corrupt",

@@ -25,6 +25,7 @@ from ckpt.cli.commands import (
     agents,
     history,
     maintenance,
+    remote,
     restore,
     schema,
     server,
@@ -163,7 +164,7 @@ def _start_logging(ctx: click.Context, verbose: int) -> None:
         ctx.call_on_close(log.attach(level, sys.stderr))
 
 
-for _module in (setup, snapshot, restore, maintenance, tune, schema, agents, server):
+for _module in (setup, snapshot, restore, maintenance, remote, tune, schema, agents, server):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 cli.add_command(history.undo)

@@ -18,9 +18,17 @@ from dataclasses import dataclass
 from ckpt.cli.wire import ProtocolError, is_forwarded, parse_request
 
 # Commands run by the client itself: long work that should not hold the server (bench, gc,
-# fsck, tune), a store being made (init), the server's own control, shell completion and the
-# long-lived stdio MCP server.
-LOCAL_COMMANDS = frozenset({"init", "bench", "gc", "fsck", "tune", "server", "completion", "mcp"})
+# fsck, tune; push and pull, whose uploads and downloads would hold the server's one executor),
+# a store being made (init), the server's own control, shell completion and the long-lived
+# stdio MCP server. `remote` runs there too: every command that may reach a remote runs with
+# the client's own environment (the AWS_* credentials are never forwarded to the server).
+LOCAL_COMMANDS = frozenset({"init", "bench", "gc", "fsck", "tune", "server", "completion", "mcp",
+                            "push", "pull", "remote"})
+# Commands that reach a remote when given `--remote`, or (restore, diff, show, cat) when the
+# store has remotes: a checkpoint only a remote has is fetched first.
+_REMOTE_OPTION = "--remote"
+_MAY_FETCH = frozenset({"restore", "diff", "show", "cat"})
+_REMOTES_FILE = "remotes.toml"
 # Global options of `ckpt` that take a value (cli/main.py), to find the command name in argv.
 _VALUE_OPTIONS = frozenset({"--root", "--store", "--session"})
 class BadRequest(ValueError):
@@ -112,11 +120,17 @@ def decline_reason(request: Request, store: str) -> str | None:
         return None  # no store is opened
     if command is None:
         return None  # `ckpt` alone prints its usage
+    if any(a == _REMOTE_OPTION or a.startswith(_REMOTE_OPTION + "=") for a in request.argv):
+        return "local"
     try:
         wanted = request.store_dir()
     except (OSError, ValueError):
         return "store"
-    return None if wanted == store else "store"
+    if wanted != store:
+        return "store"
+    if command in _MAY_FETCH and os.path.exists(os.path.join(store, _REMOTES_FILE)):
+        return "local"
+    return None
 
 
 class RequestEnv:

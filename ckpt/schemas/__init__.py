@@ -19,7 +19,7 @@ from typing import Any
 # one command prints two shapes. The tests validate every `--json` output through this table.
 USED_BY: dict[str, tuple[str, ...]] = {
     "record": ("create", "latest"),
-    "list": ("list",),
+    "list": ("list", "list --remote"),
     "show": ("show",),
     "diff": ("diff",),
     "diff-patch": ("diff --patch",),
@@ -30,6 +30,12 @@ USED_BY: dict[str, tuple[str, ...]] = {
     "forget": ("forget",),
     "gc": ("gc",),
     "fsck": ("fsck",),
+    "fsck-remote": ("fsck --remote",),
+    "gc-remote": ("gc --remote",),
+    "prune-remote": ("prune --remote",),
+    "push": ("push",),
+    "pull": ("pull",),
+    "remote-list": ("remote list",),
     "stats": ("stats",),
     "events": ("events",),
     "event": ("events --follow",),  # JSON Lines: one event a line; also each element of `events`

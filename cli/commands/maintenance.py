@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
+from ckpt.cli.commands.remote import fsck_remote, print_remote_gc, remote_option
 from ckpt.cli.context import State, json_option, pass_state
 from ckpt.cli.errors import NOTHING_MATCHED as PARTLY_DONE
 from ckpt.cli.errors import CliError, DamageFound, classify
@@ -63,10 +64,13 @@ Exit 3: the checkpoints were pruned but the gc after it failed ('ckpt gc' frees 
 @click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
 @click.option("--no-gc", "no_gc", is_flag=True,
               help="Only drop the checkpoints; free their objects later with 'ckpt gc'.")
+@remote_option("Prune this session's checkpoints on remote NAME (default: the only one; "
+               "every root) instead, under its exclusive lock, then gc it.")
 @json_option
 @pass_state
 def prune(state: State, reason: str | None, turn_id: str | None, keep_latest: int | None,
-          older_than: timedelta | None, dry_run: bool, no_gc: bool, as_json: bool) -> None:
+          older_than: timedelta | None, dry_run: bool, no_gc: bool, remote_name: str | None,
+          as_json: bool) -> None:
     """Drop this session's checkpoints on this root matching every filter, then collect
     garbage (unless --no-gc or nothing was dropped).
 
@@ -77,6 +81,11 @@ def prune(state: State, reason: str | None, turn_id: str | None, keep_latest: in
     if reason is None and turn_id is None and keep_latest is None and older_than is None:
         raise click.UsageError("give at least one of --reason, --turn, --keep-latest, "
                                "--older-than")
+    if remote_name is not None:
+        print_remote_gc(state.open().prune_remote(
+            remote_name or None, reason=reason, turn_id=turn_id, keep_latest=keep_latest,
+            older_than=older_than, dry_run=dry_run), as_json)
+        return
     if not dry_run:
         make_room(state.store_dir)  # on a full disk, opening the catalog needs room too
     try:
@@ -128,12 +137,20 @@ Examples:
   ckpt gc --dry-run --json
 """)
 @click.option("--dry-run", is_flag=True, help="Count what would be removed; remove nothing.")
+@remote_option("Collect remote NAME (default: the only one) instead: delete its packs no "
+               "record there needs, under its exclusive lock.")
 @json_option
 @pass_state
-def gc(state: State, dry_run: bool, as_json: bool) -> None:
+def gc(state: State, dry_run: bool, remote_name: str | None, as_json: bool) -> None:
     """Remove objects no checkpoint of any root or session needs (once older than the
     gc_grace_seconds setting)."""
     from ckpt.checkpoints import make_room
+
+    if remote_name is not None:
+        if dry_run:
+            raise click.UsageError("--dry-run does not apply to --remote")
+        print_remote_gc(state.open().gc_remote(remote_name or None), as_json)
+        return
 
     if not dry_run:
         make_room(state.store_dir)  # on a full disk, opening the catalog needs room too
@@ -181,10 +198,20 @@ Examples:
 @click.option("--repair", is_flag=True,
               help="First make the catalog agree with the record files (rebuilding a "
                    "damaged or lost catalog), then check.")
+@remote_option("Check remote NAME (default: the only one) instead: every index against "
+               "its pack, every record; with --full every object's hash too.")
 @json_option
 @pass_state
-def fsck(state: State, full: bool, repair: bool, as_json: bool) -> None:
-    """Check the store; exit 5 and list every damaged object and checkpoint if any."""
+def fsck(state: State, full: bool, repair: bool, remote_name: str | None,
+         as_json: bool) -> None:
+    """Check the store; exit 5 and list every damaged object and checkpoint if any.
+    Checkpoints pulled from a remote whose objects are not here are listed as remote-only,
+    not as damage."""
+    if remote_name is not None:
+        if repair:
+            raise click.UsageError("--repair does not apply to --remote")
+        fsck_remote(state, remote_name, full=full, as_json=as_json)
+        return
     repaired: list[str] = []
     if repair:
         from ckpt.checkpoints import repair_catalog  # the library is imported lazily
@@ -203,7 +230,8 @@ def fsck(state: State, full: bool, repair: bool, as_json: bool) -> None:
                     "damaged_files": [{"path": path_text(p), "problem": why}
                                       for p, why in check.damaged_files],
                     "damaged_caches": [{"path": path_text(p), "problem": why}
-                                       for p, why in check.damaged_caches]})
+                                       for p, why in check.damaged_caches],
+                    "remote_only": list(check.remote_only)})
     else:
         lines = []
         for d in objects.problems:
@@ -216,6 +244,9 @@ def fsck(state: State, full: bool, repair: bool, as_json: bool) -> None:
         lines.extend(f"damaged file {path_text(p)}: {why}" for p, why in check.damaged_files)
         lines.extend(f"note: damaged stat cache {path_text(p)}: {why}"
                      for p, why in check.damaged_caches)
+        if check.remote_only:
+            lines.append(f"note: {len(check.remote_only)} checkpoint(s) pulled from a remote, "
+                         "objects only there (fetched when restored)")
         if check.ok:
             lines.append(f"ok: {objects.trees_checked} trees, {objects.blobs_checked} blobs"
                          + (f", {objects.objects_verified} objects verified" if full else ""))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
+from ckpt.cli.commands.remote import list_remote, remote_option
 from ckpt.cli.context import (
     State,
     complete_checkpoint_id,
@@ -214,10 +215,13 @@ def _format_callback(ctx: click.Context, param: click.Parameter,
 @click.option("--format", "template", metavar="TEMPLATE", callback=_format_callback,
               help="One line per checkpoint from TEMPLATE: {key} fields over the keys of "
                    "--json and {age} (e.g. '{id} {age} {reason}'; null prints nothing).")
+@remote_option("The checkpoints on remote NAME (default: the only one) instead: the "
+               "session's, or every one with --all-sessions.")
 @json_option
 @pass_state
 def list_(state: State, turn_id: str | None, reason: str | None, all_sessions: bool,
-          all_roots: bool, template: Template | None, as_json: bool) -> None:
+          all_roots: bool, template: Template | None, remote_name: str | None,
+          as_json: bool) -> None:
     """List checkpoints, oldest first.
 
     Columns: id, created (UTC), age, root (with --all-roots), session (with
@@ -227,6 +231,12 @@ def list_(state: State, turn_id: str | None, reason: str | None, all_sessions: b
     """
     if template is not None and as_json:
         raise click.UsageError("--format and --json exclude each other")
+    if remote_name is not None:
+        if turn_id is not None or reason is not None or all_roots:
+            raise click.UsageError("--remote takes only --all-sessions, --format and --json")
+        list_remote(state, remote_name, all_sessions=all_sessions, as_json=as_json,
+                    template=template)
+        return
     service = state.open()
     warn_restore_pending(service)
     records = service.history(turn_id=turn_id, reason=reason, all_sessions=all_sessions,

@@ -287,9 +287,11 @@ def test_a_tour_of_every_command_validates_each_output_kind(
                                            "catalog:rebuild"}
     assert {variant_of(e) for e in events} == set(event_variants())
     # `event` is met through `events` (and the follow test), the server's two in the server
-    # test; the rest each by its own command.
-    assert run.seen | {"event", "server-status", "server-stop"} == {*schemas.names(),
-                                                                    "(meta-schema)"}
+    # test, the remote ones against SeaweedFS (tests/remote/test_cli_remote*.py); the rest
+    # each by its own command.
+    remote = {"push", "pull", "remote-list", "fsck-remote", "gc-remote", "prune-remote"}
+    assert run.seen | {"event", "server-status", "server-stop"} | remote == {
+        *schemas.names(), "(meta-schema)"}
 
 
 def test_fsck_damage_validates(two_files: tuple[Path, str], ckpt_in: CkptIn) -> None:

@@ -1,0 +1,171 @@
+"""The remote's pack indexes as one lookup table, with a local cache of them.
+
+`RemoteIndex.sync` lists `index/` (and `refs/`), fetches only the files the cache lacks (they
+are immutable: a pack id is the hash of the pack), forgets cached ones gc removed, and builds
+oid -> (pack id, offset, length). A damaged index is left out of the table and remembered in
+`damaged` (its key and why), so an upload re-sends what only it named and a fetch can name it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from array import array
+from dataclasses import dataclass, field
+
+from ckpt.objstore import codec
+from ckpt.objstore.atomicfile import write_atomically
+from ckpt.objstore.ids import OID_SIZE, ObjectId
+from ckpt.objstore.packfile import CorruptIndex, decode_index
+from ckpt.objstore.remote import layout
+from ckpt.objstore.remote.errors import RemoteNotFound
+from ckpt.objstore.remote.transport import S3Transport
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    packid: str
+    offset: int  # of the stored bytes in the pack (the record header is just before)
+    length: int
+
+
+@dataclass(slots=True)
+class RemoteIndex:
+    cache_dir: str | None
+    locations: dict[ObjectId, Location] = field(default_factory=dict)
+    pack_sizes: dict[str, int] = field(default_factory=dict)
+    pack_entries: dict[str, list[tuple[ObjectId, int, int]]] = field(default_factory=dict)
+    refs: dict[ObjectId, ObjectId] = field(default_factory=dict)
+    damaged: dict[str, str] = field(default_factory=dict)  # key -> reason
+
+    def sync(self, transport: S3Transport) -> None:
+        listed = {packid for info in transport.list(layout.INDEX)
+                  if (packid := layout.packid_of(info.key, layout.INDEX)) is not None}
+        with_refs = {packid for info in transport.list(layout.REFS)
+                     if (packid := layout.packid_of(info.key, layout.REFS)) is not None}
+        self.locations.clear()
+        self.pack_sizes.clear()
+        self.pack_entries.clear()
+        self.refs.clear()
+        self.damaged.clear()
+        self._forget_unlisted("index", listed)
+        self._forget_unlisted("refs", with_refs)
+        for packid in sorted(listed):
+            key = layout.index_key(packid)
+            decoded = self._decoded_index(transport, packid, key)
+            if decoded is None:
+                continue
+            oids, locations, pack_size = decoded
+            entries = [(ObjectId(oid), locations[2 * n], locations[2 * n + 1])
+                       for n, (oid,) in enumerate(struct.iter_unpack(f"{OID_SIZE}s", oids))]
+            self.pack_sizes[packid] = pack_size
+            self.pack_entries[packid] = entries
+            for oid, offset, length in entries:
+                self.locations.setdefault(oid, Location(packid, offset, length))
+            if packid in with_refs:
+                self._load_refs(transport, packid)
+
+    def _decoded_index(self, transport: S3Transport, packid: str, key: str
+                       ) -> tuple[bytes, array[int], int] | None:
+        """The decoded index of `packid`; None if it is gone (gc) or damaged (noted). A cached
+        copy that fails to decode is fetched again before the remote's is called damaged."""
+        for _ in range(2):
+            data = self._read(transport, "index", packid, key)
+            if data is None:
+                return None  # removed since the listing (gc)
+            try:
+                return decode_index(data)
+            except CorruptIndex as exc:
+                self.damaged[key] = str(exc)
+                self._drop_cached("index", packid)
+        return None
+
+    def _load_refs(self, transport: S3Transport, packid: str) -> None:
+        key = layout.refs_key(packid)
+        data = self._read(transport, "refs", packid, key)
+        if data is None:
+            return
+        try:
+            rows = codec.unpack_data(data, what=key)
+            pairs = [(ObjectId(bytes(a)), ObjectId(bytes(b))) for a, b in rows]
+            if any(len(a) != OID_SIZE or len(b) != OID_SIZE for a, b in pairs):
+                raise ValueError("bad id length")
+        except (ValueError, TypeError) as exc:
+            self.damaged[key] = str(exc)
+            self._drop_cached("refs", packid)
+            return
+        self.refs.update(pairs)
+
+    # -- the cache -----------------------------------------------------------------------
+
+    def _path(self, kind: str, packid: str) -> str | None:
+        return None if self.cache_dir is None else os.path.join(self.cache_dir, kind, packid)
+
+    def _read(self, transport: S3Transport, kind: str, packid: str, key: str) -> bytes | None:
+        path = self._path(kind, packid)
+        if path is not None:
+            try:
+                with open(path, "rb") as f:
+                    return f.read()
+            except FileNotFoundError:
+                pass
+        try:
+            data, _ = transport.get(key)
+        except RemoteNotFound:
+            return None
+        self.remember(kind, packid, data)
+        return data
+
+    def remember(self, kind: str, packid: str, data: bytes) -> None:
+        """Cache an index or refs file this process wrote or read (best effort)."""
+        path = self._path(kind, packid)
+        if path is None:
+            return
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_atomically(path, data, fsync_file=False, fsync_dir=False, mode=0o644,
+                             temp_prefix=".tmp-")
+        except OSError:
+            pass  # a cache: the remote stays the truth
+
+    def _drop_cached(self, kind: str, packid: str) -> None:
+        path = self._path(kind, packid)
+        if path is not None:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def _forget_unlisted(self, kind: str, listed: set[str]) -> None:
+        if self.cache_dir is None:
+            return
+        try:
+            cached = os.listdir(os.path.join(self.cache_dir, kind))
+        except FileNotFoundError:
+            return
+        for name in cached:
+            if name not in listed:
+                self._drop_cached(kind, name)
+
+    def add_pack(self, packid: str, entries: list[tuple[ObjectId, int, int]], size: int,
+                 refs: dict[ObjectId, ObjectId]) -> None:
+        """Record a pack this process has just uploaded and indexed."""
+        self.pack_sizes[packid] = size
+        self.pack_entries[packid] = entries
+        for oid, offset, length in entries:
+            self.locations.setdefault(oid, Location(packid, offset, length))
+        self.refs.update(refs)
+
+    def drop_pack(self, packid: str) -> None:
+        """Forget a pack gc removed (its objects stay known where another pack has them)."""
+        entries = self.pack_entries.pop(packid, [])
+        self.pack_sizes.pop(packid, None)
+        for oid, _, _ in entries:
+            if self.locations.get(oid, None) is not None and self.locations[oid].packid == packid:
+                del self.locations[oid]
+        for other, rows in self.pack_entries.items():
+            for oid, offset, length in rows:
+                if oid not in self.locations:
+                    self.locations[oid] = Location(other, offset, length)
+        self._drop_cached("index", packid)
+        self._drop_cached("refs", packid)

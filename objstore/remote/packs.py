@@ -1,0 +1,80 @@
+"""Building remote packs (the local pack format of objstore/packfile.py) and planning the ranged
+reads of a fetch. Pure: bytes in, bytes out; no network.
+
+A pack is b"CKPACK\\x00\\x01" then, per object, oid | length u64 | crc32 u32 | stored envelope:
+exactly the records `PackedBackend` writes, so its index is `packfile.encode_index` of the
+same entries and every fetched record carries its own framing check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ckpt.objstore.ids import ObjectId, hash_bytes
+from ckpt.objstore.packfile import PACK_MAGIC, RECORD, record_crc
+
+# A fetch reads neighbouring records with one request when the gap between them is smaller
+# than this (a request costs more than this many bytes on most links), up to MAX_RANGE.
+COALESCE_GAP = 1 << 20
+MAX_RANGE = 16 << 20
+
+Entry = tuple[ObjectId, int, int]  # oid, offset of the stored bytes, length
+
+
+@dataclass(slots=True)
+class PackBuilder:
+    """Records appended in memory; `finish` gives the pack's id, bytes and entries."""
+
+    buffer: bytearray = field(default_factory=lambda: bytearray(PACK_MAGIC))
+    entries: list[Entry] = field(default_factory=list)
+    refs: dict[ObjectId, ObjectId] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def size(self) -> int:
+        return len(self.buffer)
+
+    def append(self, oid: ObjectId, stored: bytes, refs: tuple[ObjectId, ...]) -> None:
+        self.buffer += RECORD.pack(oid, len(stored), record_crc(oid, stored))
+        self.entries.append((oid, len(self.buffer), len(stored)))
+        self.buffer += stored
+        for ref in refs:
+            self.refs[oid] = ref
+
+    def finish(self) -> tuple[str, bytes]:
+        data = bytes(self.buffer)
+        return hash_bytes(data).hex(), data
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One ranged GET: `length` bytes at `start`, holding the records of `entries` (whole,
+    header included)."""
+
+    start: int
+    length: int
+    entries: tuple[Entry, ...]
+
+
+def plan_spans(entries: Iterable[Entry], *, gap: int = COALESCE_GAP,
+               max_range: int = MAX_RANGE) -> list[Span]:
+    """Ranged reads covering each entry's record (header + stored bytes), neighbours merged."""
+    spans: list[Span] = []
+    start = end = -1
+    group: list[Entry] = []
+    for entry in sorted(entries, key=lambda e: e[1]):
+        _, offset, length = entry
+        begin, finish = offset - RECORD.size, offset + length
+        if group and begin - end <= gap and max(end, finish) - start <= max_range:
+            group.append(entry)
+            end = max(end, finish)
+            continue
+        if group:
+            spans.append(Span(start, end - start, tuple(group)))
+        start, end, group = begin, finish, [entry]
+    if group:
+        spans.append(Span(start, end - start, tuple(group)))
+    return spans

@@ -1,0 +1,399 @@
+"""`RemoteRepo`: a ckpt repository in an S3 bucket (layout in layout.py), object-level only.
+
+It moves stored envelopes between a local `ObjectStore` and the remote as packs, and keeps
+opaque named bytes (records, heads). It knows nothing of checkpoints, sessions or catalogs:
+which objects a checkpoint needs, and what a record or head says, is the caller's business.
+
+Upload, resumable by construction:
+    sync the remote index (list index/, fetch what the cache lacks)
+    for each wanted id and, transitively, each dictionary/base its envelope names:
+        skip it if an index names it; else read its envelope as stored, check it, append
+        to the open pack; at pack_size: PUT pack, HEAD its size, PUT refs, PUT index
+    a kill leaves whole packs indexed and at most one pack with no index (garbage for gc):
+    a rerun re-sends only what no index names
+Fetch:
+    for each wanted id the store lacks: locate it by the index, group by pack, coalesce
+    neighbouring records into ranged GETs; check each record's framing (crc), then the
+    envelope (decode + BLAKE3) before the store gets it; an envelope whose dictionary/base
+    the store lacks waits until that arrives (fetched in the next round)
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Literal
+
+from ckpt.objstore import codec
+from ckpt.objstore.errors import CorruptObject
+from ckpt.objstore.ids import ObjectId
+from ckpt.objstore.packfile import RECORD, check_record_bytes, encode_index
+from ckpt.objstore.remote import layout
+from ckpt.objstore.remote.envelopes import check_envelope
+from ckpt.objstore.remote.errors import (
+    RemoteConflict,
+    RemoteCorrupt,
+    RemoteError,
+    RemoteFormatError,
+    RemoteNotFound,
+)
+from ckpt.objstore.remote.index import RemoteIndex
+from ckpt.objstore.remote.locks import HeldLock, LockKind
+from ckpt.objstore.remote.packs import Entry, PackBuilder, plan_spans
+from ckpt.objstore.remote.reports import (
+    FetchReport,
+    RemoteCheckReport,
+    RemoteGcReport,
+    UploadReport,
+)
+from ckpt.objstore.remote.transport import PreconditionFailed, S3Transport
+from ckpt.objstore.remote.url import RemoteSpec
+from ckpt.objstore.store import ObjectStore
+
+PACK_SIZE = 64 << 20
+CONNECT_TIMEOUT = 10.0
+HEAD_ATTEMPTS = 16  # If-Match rounds of update_head before it gives up
+_CACHE_ID = "remote-id"
+
+__all__ = ["FetchReport", "RemoteCheckReport", "RemoteGcReport", "RemoteRepo", "UploadReport"]
+
+
+class RemoteRepo:
+    """One connected remote. Not thread-safe; `close` when done."""
+
+    def __init__(self, spec: RemoteSpec, transport: S3Transport, repo_id: str,
+                 cache_dir: str | None, *, pack_size: int, clock: Callable[[], float]) -> None:
+        self.spec = spec
+        self.id = repo_id
+        self.pack_size = pack_size
+        self._transport = transport
+        self._index = RemoteIndex(cache_dir)
+        self._clock = clock
+        self._held: list[LockKind] = []
+
+    @property
+    def url(self) -> str:
+        return self.spec.url
+
+    @classmethod
+    def connect(cls, spec: RemoteSpec, cache_dir: str | None, *, create: bool = False,
+                timeout: float = CONNECT_TIMEOUT, pack_size: int = PACK_SIZE,
+                clock: Callable[[], float] = time.time) -> RemoteRepo:
+        """Open the remote at `spec` (reads `config`; `create`: write one if there is none,
+        a concurrent creator's winning). `cache_dir` keeps its indexes between runs (None:
+        memory only). RemoteFormatError if there is no ckpt remote and not `create`."""
+        transport = S3Transport(spec, timeout=timeout)
+        try:
+            data, _ = transport.get(layout.CONFIG_KEY)
+        except RemoteNotFound:
+            if not create:
+                raise RemoteFormatError(spec.url, "no ckpt remote here (a push creates one)"
+                                        ) from None
+            data = layout.encode_config(secrets.token_hex(8), int(clock() * 1e9))
+            try:
+                transport.put(layout.CONFIG_KEY, data, mode="create")
+            except PreconditionFailed:  # another first push won: use its config
+                data, _ = transport.get(layout.CONFIG_KEY)
+        decoded = layout.decode_config(data)
+        if decoded is None:
+            raise RemoteFormatError(spec.url, "its config is not a ckpt remote's this version "
+                                              "reads")
+        repo_id = decoded[0]
+        if cache_dir is not None:
+            _claim_cache(cache_dir, repo_id)
+        return cls(spec, transport, repo_id, cache_dir, pack_size=pack_size, clock=clock)
+
+    def close(self) -> None:
+        self._held.clear()
+
+    # -- locks ---------------------------------------------------------------------------
+
+    @contextmanager
+    def lock(self, kind: Literal["shared", "exclusive"]) -> Iterator[None]:
+        """Hold a remote lock (locks.py has the rules); RemoteLocked if another holder's
+        lock forbids it."""
+        held = HeldLock(self._transport, kind, self._clock)
+        held.acquire()
+        self._held.append(kind)
+        try:
+            yield
+        finally:
+            self._held.remove(kind)
+            try:
+                held.release()
+            except RemoteError:
+                pass  # the lock goes stale by itself; the operation's own outcome stands
+
+    def _require_exclusive(self, what: str) -> None:
+        if "exclusive" not in self._held:
+            raise RuntimeError(f"{what} needs the remote's exclusive lock")
+
+    # -- objects -------------------------------------------------------------------------
+
+    def missing(self, oids: Iterable[ObjectId]) -> set[ObjectId]:
+        """The ids of `oids` no index of the remote names."""
+        self._index.sync(self._transport)
+        known = self._index.locations
+        return {oid for oid in oids if oid not in known}
+
+    def upload(self, store: ObjectStore, oids: Iterable[ObjectId],
+               progress: Callable[[int, int], None] | None = None) -> UploadReport:
+        """Send the objects of `oids` (and the dictionaries and bases their envelopes name)
+        that no remote index names, as packs. `progress(done, known)`: objects uploaded so
+        far, objects found to upload so far. ObjectNotFound if the store lacks one."""
+        self._index.sync(self._transport)
+        known = self._index.locations
+        queue = deque(dict.fromkeys(oids))
+        seen: set[ObjectId] = set()
+        skipped = uploaded = packs = sent_bytes = 0
+        total = sum(1 for oid in queue if oid not in known)
+        builder = PackBuilder()
+        in_flight: Future[int] | None = None
+        with ThreadPoolExecutor(1, thread_name_prefix="ckpt-remote-put") as pool:
+            while queue:
+                oid = queue.popleft()
+                if oid in seen:
+                    continue
+                seen.add(oid)
+                if oid in known:
+                    skipped += 1
+                    continue
+                stored = store.backend.get(oid)
+                check_envelope(oid, stored, store)
+                refs = codec.envelope_refs(stored, oid)
+                fresh = [r for r in refs if r not in seen and r not in known]
+                total += len(fresh)
+                queue.extend(fresh)
+                builder.append(oid, stored, refs)
+                if builder.size >= self.pack_size:
+                    if in_flight is not None:
+                        sent_bytes += in_flight.result()
+                    in_flight = pool.submit(self._send_pack, builder)
+                    uploaded += len(builder)
+                    packs += 1
+                    builder = PackBuilder()
+                    if progress is not None:
+                        progress(uploaded, total)
+            if in_flight is not None:
+                sent_bytes += in_flight.result()
+        if len(builder):
+            sent_bytes += self._send_pack(builder)
+            uploaded += len(builder)
+            packs += 1
+            if progress is not None:
+                progress(uploaded, total)
+        return UploadReport(uploaded, packs, sent_bytes, skipped)
+
+    def _send_pack(self, builder: PackBuilder) -> int:
+        """PUT the pack, check its size, then its refs and its index: an index names only a
+        complete pack. Returns the pack's size."""
+        packid, data = builder.finish()
+        key = layout.pack_key(packid)
+        self._transport.put(key, data)
+        found = self._transport.head(key).size
+        if found != len(data):
+            raise RemoteCorrupt(self.url, key, f"{found} bytes after upload of {len(data)}")
+        if builder.refs:
+            refs = codec.pack_data([[a, b] for a, b in builder.refs.items()])
+            self._transport.put(layout.refs_key(packid), refs)
+            self._index.remember("refs", packid, refs)
+        index = encode_index(builder.entries, len(data))
+        self._transport.put(layout.index_key(packid), index)
+        self._index.remember("index", packid, index)
+        self._index.add_pack(packid, builder.entries, len(data), builder.refs)
+        return len(data)
+
+    def fetch(self, store: ObjectStore, oids: Iterable[ObjectId]) -> FetchReport:
+        """Put into `store` the objects of `oids` it lacks (and the dictionaries and bases
+        their envelopes need), each checked before the store gets it. CorruptObject naming
+        the object, RemoteCorrupt naming a pack or index, RemoteNotFound for an object no
+        index names."""
+        self._index.sync(self._transport)
+        wanted = [oid for oid in dict.fromkeys(oids) if not store.has(oid)]
+        waiting: dict[ObjectId, bytes] = {}  # fetched, their dictionary/base not yet stored
+        asked: set[ObjectId] = set(wanted)
+        put = requests = fetched_bytes = 0
+        while wanted:
+            later: list[ObjectId] = []
+            for packid, entries in self._by_pack(wanted).items():
+                key = layout.pack_key(packid)
+                for oid, stored, span_bytes in self._read_records(key, entries):
+                    requests += span_bytes > 0
+                    fetched_bytes += span_bytes
+                    lacking = [r for r in codec.envelope_refs(stored, oid) if not store.has(r)]
+                    if lacking:
+                        waiting[oid] = stored
+                        later.extend(r for r in lacking if r not in asked)
+                        asked.update(lacking)
+                        continue
+                    put += self._store_checked(store, oid, stored)
+            wanted = later
+        while waiting:
+            ready = [oid for oid, stored in waiting.items()
+                     if all(store.has(r) for r in codec.envelope_refs(stored, oid))]
+            if not ready:
+                oid = next(iter(waiting))
+                raise CorruptObject(oid, "its dictionary or delta base never arrives "
+                                         "(a reference cycle on the remote)")
+            for oid in ready:
+                put += self._store_checked(store, oid, waiting.pop(oid))
+        store.sync()
+        return FetchReport(put, fetched_bytes, requests)
+
+    def _by_pack(self, oids: list[ObjectId]) -> dict[str, list[Entry]]:
+        groups: dict[str, list[Entry]] = defaultdict(list)
+        for oid in oids:
+            where = self._index.locations.get(oid)
+            if where is None:
+                for key, reason in self._index.damaged.items():
+                    raise RemoteCorrupt(self.url, key, reason)
+                raise RemoteNotFound(self.url, f"object {oid.hex()}", oid)
+            groups[where.packid].append((oid, where.offset, where.length))
+        return groups
+
+    def _read_records(self, key: str, entries: list[Entry]
+                      ) -> Iterator[tuple[ObjectId, bytes, int]]:
+        """(oid, stored bytes, bytes of the GET that brought it, once per GET) per entry, the
+        record's framing checked; CorruptObject naming the object if it is damaged."""
+        spans = plan_spans(entries)
+        try:
+            parts = self._transport.get_ranges(key, [(s.start, s.length) for s in spans])
+        except RemoteNotFound:
+            raise RemoteCorrupt(self.url, key, "missing, though an index names it") from None
+        for span, part in zip(spans, parts):
+            first = True
+            for oid, offset, length in span.entries:
+                at = offset - RECORD.size - span.start
+                record = part[at:at + RECORD.size + length]
+                if len(record) != RECORD.size + length:
+                    raise CorruptObject(oid, f"remote pack {key} ends before its record "
+                                             f"(truncated)")
+                problem = check_record_bytes(record, oid, offset, length)
+                if problem is not None:
+                    raise CorruptObject(oid, f"remote pack {key}: {problem}")
+                yield oid, record[RECORD.size:], len(part) if first else 0
+                first = False
+
+    @staticmethod
+    def _store_checked(store: ObjectStore, oid: ObjectId, stored: bytes) -> int:
+        try:
+            check_envelope(oid, stored, store)
+        except CorruptObject as exc:
+            raise CorruptObject(oid, f"fetched from the remote: {exc.reason}") from None
+        return 1 if store.backend.put(oid, stored) else 0
+
+    # -- records and heads ---------------------------------------------------------------
+
+    def put_record(self, name: str, data: bytes) -> bool:
+        """Write `records/<name>` if absent (If-None-Match: *). False if the same bytes are
+        already there; RemoteConflict if other bytes are."""
+        key = layout.RECORDS + layout.check_name(name, "record")
+        try:
+            self._transport.put(key, data, mode="create")
+            return True
+        except PreconditionFailed:
+            existing, _ = self._transport.get(key)
+            if existing == data:
+                return False
+            raise RemoteConflict(self.url, f"record {name} exists with other bytes") from None
+
+    def list_records(self) -> list[str]:
+        return sorted(info.key[len(layout.RECORDS):]
+                      for info in self._transport.list(layout.RECORDS)
+                      if "/" not in info.key[len(layout.RECORDS):])
+
+    def get_record(self, name: str) -> bytes:
+        """RemoteNotFound if there is no such record."""
+        key = layout.RECORDS + layout.check_name(name, "record")
+        return self._transport.get(key)[0]
+
+    def delete_record(self, name: str) -> None:
+        """Remove a record; only under this repo's exclusive lock."""
+        self._require_exclusive("delete_record")
+        self._transport.delete(layout.RECORDS + layout.check_name(name, "record"))
+
+    def update_head(self, session: str, update: Callable[[bytes | None], bytes]) -> None:
+        """Read-modify-write `heads/<session>`: `update(current or None)` gives the new bytes,
+        written only if nobody wrote the head since it was read (If-Match on its ETag, or
+        If-None-Match when absent), else read again and retried; RemoteConflict after
+        HEAD_ATTEMPTS lost rounds. `update` may be called several times."""
+        key = layout.HEADS + head_name(session)
+        for _ in range(HEAD_ATTEMPTS):
+            try:
+                current, etag = self._transport.get(key)
+            except RemoteNotFound:
+                current, etag = None, None
+            data = update(current)
+            try:
+                self._transport.put(key, data, mode="create" if etag is None else etag)
+                return
+            except PreconditionFailed:
+                continue
+        raise RemoteConflict(self.url, f"head of {session!r} keeps changing under this write")
+
+    def get_head(self, session: str) -> bytes | None:
+        try:
+            return self._transport.get(layout.HEADS + head_name(session))[0]
+        except RemoteNotFound:
+            return None
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    def check(self, *, full: bool) -> RemoteCheckReport:
+        """Every index against its pack's presence and size; `full`: every pack's bytes
+        against its id, every record's crc, every envelope's hash (one without a dictionary
+        or base of its own; those are checked for framing and that the remote has their
+        reference)."""
+        from ckpt.objstore.remote.maintenance import check_remote  # noqa: PLC0415
+
+        self._index.sync(self._transport)
+        return check_remote(self._transport, self._index, full=full)
+
+    def gc(self, live: set[ObjectId], *, grace_seconds: float) -> RemoteGcReport:
+        """Remove what `live` (closed here under dictionaries and bases) does not need:
+        packs with no live object and packs with no index, once older than `grace_seconds`;
+        a pack more than half dead is rewritten (new pack and index first, then the old
+        index and pack). Only under this repo's exclusive lock."""
+        from ckpt.objstore.remote.maintenance import collect_remote  # noqa: PLC0415
+
+        self._require_exclusive("gc")
+        self._index.sync(self._transport)
+        return collect_remote(self._transport, self._index, live, grace_seconds=grace_seconds,
+                              now=self._clock(), send_pack=self._send_pack)
+
+
+def head_name(session: str) -> str:
+    """A session name as one key component: letters, digits, "-" and "_" kept, every other
+    byte as "~HH" (reversible: "~" itself is encoded)."""
+    if not session:
+        raise ValueError("a session name must not be empty")
+    encoded = "".join(
+        ch if ch.isascii() and (ch.isalnum() or ch in "-_")
+        else "".join(f"~{b:02X}" for b in ch.encode("utf-8", "surrogateescape"))
+        for ch in session)
+    return layout.check_name(encoded, "session")
+
+
+def _claim_cache(cache_dir: str, repo_id: str) -> None:
+    """Empty the cache if it belongs to another remote (recreated at the same URL)."""
+    marker = os.path.join(cache_dir, _CACHE_ID)
+    try:
+        with open(marker, encoding="ascii") as f:
+            if f.read().strip() == repo_id:
+                return
+    except (OSError, UnicodeDecodeError):
+        pass
+    for kind in ("index", "refs"):
+        shutil.rmtree(os.path.join(cache_dir, kind), ignore_errors=True)
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        with open(marker, "w", encoding="ascii") as f:
+            f.write(repo_id + "\n")
+    except OSError:
+        pass  # a cache: without it, indexes come from the remote each time
