@@ -7,9 +7,9 @@ at a seeded stage of the push, seen on the server itself: as soon as a new key a
 does not count as a landed kill; the next attempt draws again. After each kill:
 - a killed server: the push exits 1 with one line on stderr (unreachable), the server is
   restarted on the same directory and ports, and the next push completes (exit 0);
-- a killed push: the next push completes; `gc --remote` (grace 0) is refused (exit 4, one
-  line) while the dead push's lock is not stale, and once it is (the test deletes it) removes
-  only garbage;
+- a killed push: another machine's `gc --remote` (grace 0) is refused (exit 4, one line)
+  while the dead push's lock is not stale; once it is (the test deletes it) the gc removes
+  what the killed push left, and the next push completes, uploading that again;
 - at the end, `fsck --remote --full` is clean, each checkpoint is under `records/` exactly once
   and listed once, and a fresh machine (an empty store with only the remote) restores every
   pushed checkpoint into an empty directory exactly.
@@ -70,9 +70,13 @@ def test_seaweedfs_killed_mid_push_then_the_next_push_completes(
 
 def test_push_killed_mid_upload_is_completed_by_the_next_push(
         base: str, s3_bucket: Bucket) -> None:
+    """After each kill another machine collects the remote (grace 0) before the next push, so
+    what the killed push left (a pack with no index, packs indexed for no record) is deleted
+    under the pusher's feet: its next push must upload those objects again, not trust them."""
     rng = random.Random(h.seed_for("remote-kill-push"))
     m = r.machine(base, "a", s3_bucket)
-    m.ok("config", "set", "gc_grace_seconds", "0")
+    collector = r.machine(base, "collector", s3_bucket)
+    collector.ok("config", "set", "gc_grace_seconds", "0")
     _workspace(m, rng)
     landed = 0
     for attempt in range(ATTEMPTS):
@@ -91,8 +95,7 @@ def test_push_killed_mid_upload_is_completed_by_the_next_push(
             h.tally(f"remote: push kill -9 at {stage}", injected=1)
         else:
             assert run.code == h.OK, run
-        m.ok("push", r.REMOTE)  # a dead push's shared lock never blocks the next push
-        gc = m.run("gc", "--remote", r.REMOTE)
+        gc = collector.run("gc", "--remote", r.REMOTE)
         if gc.code == h.BUSY and run.killed:
             # The killed push's lock holds gc off until it is stale (30 min without a
             # refresh); deleting it stands in for that wait.
@@ -100,9 +103,9 @@ def test_push_killed_mid_upload_is_completed_by_the_next_push(
             for key in s3_bucket.keys("locks/"):
                 s3_bucket.raw.delete_object(s3_bucket.name, key)
             h.tally("remote: push kill -9", gc_held_by_dead_lock=1)
-            gc = m.run("gc", "--remote", r.REMOTE)
-        # What the killed push left (a pack with no index) is garbage, never a live object.
+            gc = collector.run("gc", "--remote", r.REMOTE)
         assert gc.code == h.OK, gc
+        m.ok("push", r.REMOTE)  # uploads again whatever the gc took
         h.tally("remote: push kill -9", passed=1)
     assert landed >= POINTS, f"only {landed} of {POINTS} kills landed in {ATTEMPTS} pushes"
     r.check_remote(m.models, m, s3_bucket, base, "fresh")
