@@ -51,6 +51,7 @@ from bench.corpus import (
     Manifest,
     changed_paths,
     copy_tree,
+    describe,
     diff_manifests,
     find_ignored,
     get_corpus,
@@ -302,13 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
-    file_entries = [e for e in baseline.values() if e.kind != "dir"]
     report: dict[str, Any] = {
-        "corpus": {"name": corpus.name, "path": str(corpus.path), "origin": corpus.origin,
-                   "files": len(file_entries),
-                   "bytes": sum((corpus.path / p).lstat().st_size for p, e in baseline.items()
-                                if e.kind == "file"),
-                   "captured_files": len(captured)},
+        "corpus": describe(corpus, baseline, captured),
         "machine": machine_info(),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "ckpt_version": install.info["version"], "install": install.info,

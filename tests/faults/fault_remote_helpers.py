@@ -14,7 +14,7 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,6 +141,19 @@ def check_remote(pushed: dict[str, h.Model], m: Machine, bucket: Bucket, base: s
 def grow(m: Machine, rng: random.Random, changes: int) -> None:
     """Seeded edits to the machine's workspace (incompressible content: real bytes to upload)."""
     h.mutate(m.root, rng, changes=changes, max_size=60_000)
+
+
+#: Where a push is killed: as soon as a new key shows under one of these prefixes.
+STAGES = ("packs/", "index/", "records/")
+
+
+def kill_stages(m: Machine, rng: random.Random, attempts: int) -> Iterator[str]:
+    """Up to `attempts` times: a seeded turn on `m`, checkpointed, then the stage to kill the
+    next push at (seeded, every stage in turn); the caller stops once enough kills landed."""
+    for attempt in range(attempts):
+        grow(m, rng, changes=120)
+        m.create(f"turn {attempt}")
+        yield STAGES[(attempt + rng.randrange(len(STAGES))) % len(STAGES)]
 
 
 def restart(server: SeaweedServer) -> None:

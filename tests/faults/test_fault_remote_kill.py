@@ -29,7 +29,6 @@ __all__ = ["s3_bucket", "s3_env", "seaweed", "seaweed_own"]  # the fixtures thes
 
 POINTS = h.scale(3, 12)
 ATTEMPTS = 3 * POINTS
-STAGES = ("packs/", "index/", "records/")
 FILES = 300
 
 
@@ -45,12 +44,7 @@ def test_seaweedfs_killed_mid_push_then_the_next_push_completes(
     m = r.machine(base, "a", bucket)
     _workspace(m, rng)
     landed = 0
-    for attempt in range(ATTEMPTS):
-        if landed >= POINTS:
-            break
-        r.grow(m, rng, changes=120)
-        m.create(f"turn {attempt}")
-        stage = STAGES[(attempt + rng.randrange(len(STAGES))) % len(STAGES)]
+    for stage in r.kill_stages(m, rng, ATTEMPTS):
         run, acted = r.push_until(m, bucket, stage, lambda child: seaweed_own.kill())
         if acted:
             r.restart(seaweed_own)
@@ -64,6 +58,8 @@ def test_seaweedfs_killed_mid_push_then_the_next_push_completes(
         again = m.ok("push", r.REMOTE, "--json").json()
         assert set(again["pushed"]) | set(again["present"]) == set(m.models), again
         h.tally("remote: weed kill -9 mid-push", passed=1)
+        if landed >= POINTS:
+            break
     assert landed >= POINTS, f"only {landed} of {POINTS} kills landed in {ATTEMPTS} pushes"
     r.check_remote(m.models, m, bucket, base, "fresh")
 
@@ -79,12 +75,7 @@ def test_push_killed_mid_upload_is_completed_by_the_next_push(
     collector.ok("config", "set", "gc_grace_seconds", "0")
     _workspace(m, rng)
     landed = 0
-    for attempt in range(ATTEMPTS):
-        if landed >= POINTS:
-            break
-        r.grow(m, rng, changes=120)
-        m.create(f"turn {attempt}")
-        stage = STAGES[(attempt + rng.randrange(len(STAGES))) % len(STAGES)]
+    for stage in r.kill_stages(m, rng, ATTEMPTS):
 
         def kill(child: subprocess.Popen[bytes]) -> None:
             child.kill()
@@ -107,5 +98,7 @@ def test_push_killed_mid_upload_is_completed_by_the_next_push(
         assert gc.code == h.OK, gc
         m.ok("push", r.REMOTE)  # uploads again whatever the gc took
         h.tally("remote: push kill -9", passed=1)
+        if landed >= POINTS:
+            break
     assert landed >= POINTS, f"only {landed} of {POINTS} kills landed in {ATTEMPTS} pushes"
     r.check_remote(m.models, m, s3_bucket, base, "fresh")
