@@ -60,10 +60,12 @@ def _damages(rng: random.Random, data: bytes,
     return cases
 
 
-# A ranged GET past the end of a truncated pack answers 416, which the transport reports as a
-# generic remote error (exit 1, "check the remote's URL"), not as damage naming the pack.
+# A ranged GET that starts past the end of a truncated pack answers 416, which the transport
+# reports as a generic remote error (exit 1, "check the remote's URL"), not as damage naming the
+# pack; one that starts before the cut reads short and is exit 5. Which one comes first depends
+# on where the pack's records fall (their order varies from run to run), hence not strict.
 TRUNCATED = pytest.param("truncated", marks=pytest.mark.xfail(
-    strict=True, reason="objstore/remote: a 416 on a truncated pack is exit 1, not exit 5"))
+    strict=False, reason="objstore/remote: a 416 on a truncated pack is exit 1, not exit 5"))
 
 
 @pytest.mark.parametrize("kind", [TRUNCATED, "flipped"])
