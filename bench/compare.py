@@ -56,6 +56,7 @@ from bench.corpus import (
     changed_paths,
     copy_tree,
     count_rewritten,
+    describe,
     diff_manifests,
     find_ignored,
     get_corpus,
@@ -985,13 +986,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kept {sum(size for _, size in kept) / 1e9:.1f} GB of copies and stores in "
               f"{scratch_root}: delete them when done, then wait a few minutes before "
               "measuring again (bench/README.md)", file=sys.stderr)
-    file_entries = [e for e in baseline.values() if e.kind != "dir"]
     report: dict[str, Any] = {
-        "corpus": {"name": corpus.name, "path": str(corpus.path), "origin": corpus.origin,
-                   "files": len(file_entries),
-                   "bytes": sum((corpus.path / p).lstat().st_size for p, e in baseline.items()
-                                if e.kind == "file"),
-                   "captured_files": len(captured)},
+        "corpus": describe(corpus, baseline, captured),
         "machine": machine_info(), "date": dt.datetime.now(dt.UTC).isoformat(
             timespec="seconds"), "git_version": git_version,
         "ckpt_version": install.info["version"] if install else ckpt_version,

@@ -51,6 +51,16 @@ class Corpus:
     origin: str  # where the tree came from, for the report
 
 
+def describe(corpus: Corpus, baseline: Manifest, captured: Sequence[str]) -> dict[str, object]:
+    """A report's ``corpus`` entry: where it is from, its files and bytes (``baseline``: its
+    manifest), and how many of them a snapshot captures."""
+    return {"name": corpus.name, "path": str(corpus.path), "origin": corpus.origin,
+            "files": sum(1 for e in baseline.values() if e.kind != "dir"),
+            "bytes": sum((corpus.path / p).lstat().st_size for p, e in baseline.items()
+                         if e.kind == "file"),
+            "captured_files": len(captured)}
+
+
 def cache_dir() -> Path:
     """The directory holding prepared corpora: ``$CKPT_BENCH_CACHE`` or ``~/.cache/ckpt-bench``."""
     env = os.environ.get("CKPT_BENCH_CACHE")

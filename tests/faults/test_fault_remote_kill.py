@@ -1,0 +1,104 @@
+"""kill -9 in the middle of `ckpt push`: of the SeaweedFS serving the remote, and of the push.
+
+Each push runs as a real `ckpt` process against a real `weed mini` on 127.0.0.1. The kill lands
+at a seeded stage of the push, seen on the server itself: as soon as a new key appears under
+`packs/` (a pack PUT, its index not yet), `index/` (a pack indexed, its records not yet) or
+`records/` (some records up, others not). A push that had already ended when the key showed
+does not count as a landed kill; the next attempt draws again. After each kill:
+- a killed server: the push exits 1 with one line on stderr (unreachable), the server is
+  restarted on the same directory and ports, and the next push completes (exit 0);
+- a killed push: another machine's `gc --remote` (grace 0) is refused (exit 4, one line)
+  while the dead push's lock is not stale; once it is (the test deletes it) the gc removes
+  what the killed push left, and the next push completes, uploading that again;
+- at the end, `fsck --remote --full` is clean, each checkpoint is under `records/` exactly once
+  and listed once, and a fresh machine (an empty store with only the remote) restores every
+  pushed checkpoint into an empty directory exactly.
+Landed kills: 3 of each by default, 12 with CKPT_SOAK=1.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+
+import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
+import fault_remote_helpers as r
+from seaweed import Bucket, SeaweedServer, new_bucket_name, s3_bucket, s3_env, seaweed, seaweed_own
+
+__all__ = ["s3_bucket", "s3_env", "seaweed", "seaweed_own"]  # the fixtures these tests use
+
+POINTS = h.scale(3, 12)
+ATTEMPTS = 3 * POINTS
+FILES = 300
+
+
+def _workspace(m: r.Machine, rng: random.Random) -> None:
+    h.build_tree(m.root, rng, files=FILES, max_size=40_000)
+
+
+def test_seaweedfs_killed_mid_push_then_the_next_push_completes(
+        base: str, seaweed_own: SeaweedServer) -> None:
+    rng = random.Random(h.seed_for("remote-kill-server"))
+    bucket = Bucket(seaweed_own, new_bucket_name())
+    seaweed_own.raw.create_bucket(bucket.name)
+    m = r.machine(base, "a", bucket)
+    _workspace(m, rng)
+    landed = 0
+    for stage in r.kill_stages(m, rng, ATTEMPTS):
+        run, acted = r.push_until(m, bucket, stage, lambda child: seaweed_own.kill())
+        if acted:
+            r.restart(seaweed_own)
+        if acted and run.code != h.OK:
+            landed += 1
+            h.tally(f"remote: weed kill -9 at {stage}", injected=1)
+            assert run.code == h.USER_ERROR, run
+            assert len(run.err.strip().splitlines()) == 1, f"one line, no traceback: {run}"
+        else:
+            assert run.code == h.OK, run
+        again = m.ok("push", r.REMOTE, "--json").json()
+        assert set(again["pushed"]) | set(again["present"]) == set(m.models), again
+        h.tally("remote: weed kill -9 mid-push", passed=1)
+        if landed >= POINTS:
+            break
+    assert landed >= POINTS, f"only {landed} of {POINTS} kills landed in {ATTEMPTS} pushes"
+    r.check_remote(m.models, m, bucket, base, "fresh")
+
+
+def test_push_killed_mid_upload_is_completed_by_the_next_push(
+        base: str, s3_bucket: Bucket) -> None:
+    """After each kill another machine collects the remote (grace 0) before the next push, so
+    what the killed push left (a pack with no index, packs indexed for no record) is deleted
+    under the pusher's feet: its next push must upload those objects again, not trust them."""
+    rng = random.Random(h.seed_for("remote-kill-push"))
+    m = r.machine(base, "a", s3_bucket)
+    collector = r.machine(base, "collector", s3_bucket)
+    collector.ok("config", "set", "gc_grace_seconds", "0")
+    _workspace(m, rng)
+    landed = 0
+    for stage in r.kill_stages(m, rng, ATTEMPTS):
+
+        def kill(child: subprocess.Popen[bytes]) -> None:
+            child.kill()
+
+        run, _ = r.push_until(m, s3_bucket, stage, kill)
+        if run.killed:
+            landed += 1
+            h.tally(f"remote: push kill -9 at {stage}", injected=1)
+        else:
+            assert run.code == h.OK, run
+        gc = collector.run("gc", "--remote", r.REMOTE)
+        if gc.code == h.BUSY and run.killed:
+            # The killed push's lock holds gc off until it is stale (30 min without a
+            # refresh); deleting it stands in for that wait.
+            assert len(gc.err.strip().splitlines()) == 1 and "locked" in gc.err, gc
+            for key in s3_bucket.keys("locks/"):
+                s3_bucket.raw.delete_object(s3_bucket.name, key)
+            h.tally("remote: push kill -9", gc_held_by_dead_lock=1)
+            gc = collector.run("gc", "--remote", r.REMOTE)
+        assert gc.code == h.OK, gc
+        m.ok("push", r.REMOTE)  # uploads again whatever the gc took
+        h.tally("remote: push kill -9", passed=1)
+        if landed >= POINTS:
+            break
+    assert landed >= POINTS, f"only {landed} of {POINTS} kills landed in {ATTEMPTS} pushes"
+    r.check_remote(m.models, m, s3_bucket, base, "fresh")
