@@ -1,0 +1,310 @@
+"""Zstd dictionaries for small objects (codec 2): which dictionary new puts use, training one
+from the store's own content, the list of every dictionary the store holds (gc roots), and the
+counters that say what dictionaries saved and when the content has drifted from the current one.
+
+A dictionary is an ordinary object (stored plain, never with a dictionary) whose id is kept
+in the store file `dictionaries`, written atomically under a lock; the last one listed is the
+one new puts use. A dictionary is never unlisted, so gc keeps every one an object may name.
+
+Training happens inside a `put_files` call that puts many new small objects while the store
+has no dictionary (a first snapshot): the first `TRAIN_SAMPLES` of them are the samples, and
+the objects after them are compressed with the new dictionary; those before stay plain
+(re-encoding them would cost a second compression of a few percent of the snapshot for a
+fraction of a percent of its size).
+
+Drift: one in `CHECK_EVERY` objects compressed with the dictionary is also compressed without
+it; the sums of both sizes give the estimated savings (`saved`) and the gain since training.
+When that gain, over at least `DRIFT_MIN_CHECKS` checks, falls below `DRIFT_FRACTION` of the gain
+measured on held-out samples at training, the next `put_files` call that puts enough new small
+objects trains a new dictionary.
+
+What must not live here: envelope bytes and zstd calls (codec.py), reading files (putfiles.py).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from ckpt.objstore import codec
+from ckpt.objstore.atomicfile import write_atomically
+from ckpt.objstore.errors import CorruptObject
+from ckpt.objstore.ids import ObjectId, hash_bytes, parse_oid
+
+DICTIONARIES_FILE = "dictionaries"
+_LOCK_FILE = "dictionaries.lock"
+_FILE_FORMAT = 1
+DICTIONARY_SIZE = 112 << 10
+# Content up to this size is compressed with the dictionary (the gain per object falls with
+# its size: at 256 KiB it no longer pays for the 32-byte reference).
+SMALL_BOUND = 256 << 10
+TRAIN_SAMPLES = 2000
+_TRAIN_BYTES = 32 << 20  # at most this much sample content is held at once
+_HELD_OUT = 10  # one sample in this many measures the gain instead of training
+CHECK_EVERY = 64
+DRIFT_MIN_CHECKS = 256
+DRIFT_FRACTION = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class DictionaryInfo:
+    oid: ObjectId
+    gain: float  # 1 - (stored with it) / (stored without it), on held-out samples at training
+
+
+@dataclass(slots=True)
+class _Pending:
+    """Counters of this process not yet in the book."""
+
+    stored: int = 0  # envelopes written with the current dictionary
+    checked_plain: int = 0
+    checked_dict: int = 0
+    checks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DictionaryBook:
+    """The content of the `dictionaries` file."""
+
+    dictionaries: tuple[DictionaryInfo, ...] = ()  # oldest first; the last is current
+    saved: int = 0  # estimated bytes saved by every dictionary-compressed put so far
+    checked_plain: int = 0  # since the current one was trained: checks' sizes without it
+    checked_dict: int = 0  # and with it
+    checks: int = 0  # how many checks those sums add up
+
+    @property
+    def current(self) -> DictionaryInfo | None:
+        return self.dictionaries[-1] if self.dictionaries else None
+
+    def drifted(self, pending: _Pending) -> bool:
+        """Whether the content has drifted from the current dictionary (see module doc),
+        counting this process's `pending` checks too."""
+        current = self.current
+        checks = self.checks + pending.checks
+        plain = self.checked_plain + pending.checked_plain
+        if current is None or checks < DRIFT_MIN_CHECKS or not plain:
+            return False
+        gain = 1 - (self.checked_dict + pending.checked_dict) / plain
+        return gain < current.gain * DRIFT_FRACTION
+
+    def encode(self) -> bytes:
+        return json.dumps({
+            "format": _FILE_FORMAT,
+            "dictionaries": [{"id": d.oid.hex(), "gain": d.gain} for d in self.dictionaries],
+            "saved": self.saved, "checked_plain": self.checked_plain,
+            "checked_dict": self.checked_dict, "checks": self.checks,
+        }, indent=1).encode() + b"\n"
+
+    @classmethod
+    def decode(cls, data: bytes, where: str) -> DictionaryBook:
+        try:
+            raw = json.loads(data)
+            if raw["format"] != _FILE_FORMAT:
+                raise ValueError(f"unknown format {raw['format']!r}")
+            return cls(tuple(DictionaryInfo(parse_oid(d["id"]), float(d["gain"]))
+                             for d in raw["dictionaries"]),
+                       int(raw["saved"]), int(raw["checked_plain"]), int(raw["checked_dict"]),
+                       int(raw["checks"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            # Unreadable, the list of gc roots is unknown: nothing may be collected.
+            raise CorruptObject(None, f"dictionary list {where}: {exc}") from None
+
+
+class Dictionaries:
+    """A store's dictionaries: the book (read once, written at training and at `flush`), the
+    loaded dictionaries (each verified once, by `load`), and this process's counters."""
+
+    def __init__(self, store_path: str | None, *, enabled: bool) -> None:
+        self.enabled = enabled
+        self._path = None if store_path is None else os.path.join(store_path, DICTIONARIES_FILE)
+        self._lock_path = None if store_path is None else os.path.join(store_path, _LOCK_FILE)
+        self._book: DictionaryBook | None = None if store_path is not None else DictionaryBook()
+        self._loaded: dict[ObjectId, codec.DictionaryData] = {}
+        self._pending = _Pending()
+        self._mutex = threading.Lock()
+
+    # -- the book ------------------------------------------------------------------------
+
+    @property
+    def book(self) -> DictionaryBook:
+        if self._book is None:
+            self._book = self._read()
+        return self._book
+
+    def _read(self) -> DictionaryBook:
+        assert self._path is not None
+        try:
+            with open(self._path, "rb") as stream:
+                return DictionaryBook.decode(stream.read(), self._path)
+        except FileNotFoundError:
+            return DictionaryBook()
+
+    def _update(self, change: Callable[[DictionaryBook], DictionaryBook]) -> None:
+        """Apply `change` to the book as it is on disk now (another process may have written
+        it), under the lock, and write it back atomically and durably: it lists gc roots."""
+        if self._path is None or self._lock_path is None:
+            self._book = change(self.book)
+            return
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            book = change(self._read())
+            write_atomically(self._path, book.encode(), fsync_file=True, fsync_dir=True,
+                             mode=0o666)
+            self._book = book
+        finally:
+            os.close(fd)
+
+    def ids(self) -> tuple[ObjectId, ...]:
+        """Every listed dictionary: gc roots. Read afresh (another process may have trained)."""
+        if self._path is not None:
+            self._book = self._read()
+        return tuple(info.oid for info in self.book.dictionaries)
+
+    def add(self, oid: ObjectId, gain: float) -> None:
+        """List the stored dictionary `oid` as the current one."""
+        def change(book: DictionaryBook) -> DictionaryBook:
+            kept = tuple(d for d in book.dictionaries if d.oid != oid)
+            return replace(book, dictionaries=(*kept, DictionaryInfo(oid, gain)),
+                           checked_plain=0, checked_dict=0, checks=0)
+        self._update(change)
+        with self._mutex:
+            self._pending = _Pending()
+
+    # -- use -----------------------------------------------------------------------------
+
+    def current(self, load: Callable[[ObjectId], bytes]) -> codec.Dictionary | None:
+        """The dictionary new puts use (None: none, or dictionaries are off)."""
+        if not self.enabled:
+            return None
+        info = self.book.current
+        if info is None:
+            return None
+        return info.oid, self.get(info.oid, load)
+
+    def get(self, oid: ObjectId, load: Callable[[ObjectId], bytes]
+            ) -> codec.DictionaryData:
+        """Dictionary `oid`, read with `load` (which verifies it) the first time."""
+        dictionary = self._loaded.get(oid)
+        if dictionary is None:
+            dictionary = self._loaded[oid] = codec.load_dictionary(load(oid))
+        return dictionary
+
+    def forget_loaded(self) -> None:
+        self._loaded.clear()
+
+    def wants_training(self) -> bool:
+        """Whether a large put should train a (new) dictionary."""
+        if not self.enabled:
+            return False
+        return self.book.current is None or self.book.drifted(self._pending)
+
+    def note(self, stored: int, check: tuple[int, int] | None = None) -> None:
+        """Count an envelope of `stored` bytes written with the current dictionary and, for
+        one in `CHECK_EVERY`, `check`: its size (without, with) the dictionary."""
+        with self._mutex:
+            pending = self._pending
+            pending.stored += stored
+            if check is not None:
+                pending.checked_plain += check[0]
+                pending.checked_dict += check[1]
+                pending.checks += 1
+
+    def flush(self) -> None:
+        """Add this process's counters to the book (at `sync`)."""
+        with self._mutex:
+            pending, self._pending = self._pending, _Pending()
+        if not pending.stored:
+            return
+
+        def change(book: DictionaryBook) -> DictionaryBook:
+            plain = book.checked_plain + pending.checked_plain
+            with_dictionary = book.checked_dict + pending.checked_dict
+            current = book.current
+            if plain and with_dictionary:
+                ratio = plain / with_dictionary
+            else:
+                ratio = 1 / (1 - current.gain) if current is not None and current.gain < 1 else 1
+            saved = max(0, round(pending.stored * ratio) - pending.stored)
+            return replace(book, saved=book.saved + saved, checked_plain=plain,
+                           checked_dict=with_dictionary, checks=book.checks + pending.checks)
+        self._update(change)
+
+
+@dataclass(slots=True)
+class Sampler:
+    """New small contents of one `put_files` call kept for training."""
+
+    samples: list[bytes] = field(default_factory=list)
+    size: int = 0
+
+    def offer(self, data: bytes) -> bool:
+        """Keep `data` as a sample; whether there are enough now to train."""
+        self.samples.append(data)
+        self.size += len(data)
+        return len(self.samples) >= TRAIN_SAMPLES or self.size >= _TRAIN_BYTES
+
+
+def train(samples: Sequence[bytes], level: int) -> tuple[bytes, float]:
+    """A dictionary trained on `samples` and its gain on the held-out ones (see
+    `DictionaryInfo.gain`)."""
+    held_out = samples[::_HELD_OUT]
+    training = [s for index, s in enumerate(samples) if index % _HELD_OUT]
+    data = codec.train_dictionary(training, DICTIONARY_SIZE, level)
+    dictionary = (hash_bytes(data), codec.load_dictionary(data))
+    plain = sum(len(codec.encode_object(s, level)) for s in held_out)
+    with_dictionary = sum(len(codec.encode_with_dictionary(s, level, dictionary))
+                          for s in held_out)
+    return data, (1 - with_dictionary / plain) if plain else 0.0
+
+
+class PutDictionary:
+    """The dictionary side of one `put_files` call: which dictionary its new batches use,
+    the samples it keeps while the store wants a (new) dictionary, and the counters of what
+    it wrote with one. Made by `ObjectStore.put_files` with the store's own steps."""
+
+    __slots__ = ("_active", "_dictionaries", "_level", "_load", "_sampler", "_train",
+                 "_written")
+
+    def __init__(self, dictionaries: Dictionaries, *, level: int,
+                 load: Callable[[ObjectId], bytes],
+                 train: Callable[[Sequence[bytes]], ObjectId]) -> None:
+        self._dictionaries = dictionaries
+        self._level = level
+        self._load = load
+        self._train = train
+        self._active = dictionaries.current(load)
+        self._sampler = Sampler() if dictionaries.wants_training() else None
+        self._written = 0
+
+    @property
+    def active(self) -> codec.Dictionary | None:
+        """The dictionary a batch started now uses for its small objects."""
+        return self._active
+
+    def offer(self, data: bytes) -> None:
+        """A new small object's content (`len(data) <= SMALL_BOUND`): a sample while training
+        is wanted; with enough, the dictionary is trained, stored and made active."""
+        sampler = self._sampler
+        if sampler is None or len(data) <= 64:
+            return
+        if sampler.offer(data):
+            self._sampler = None
+            self._train(sampler.samples)
+            self._active = self._dictionaries.current(self._load)
+
+    def written(self, data: bytes, stored: bytes) -> None:
+        """Count an envelope made with the active dictionary; check one in `CHECK_EVERY`."""
+        self._written += 1
+        check = None
+        if self._written % CHECK_EVERY == 0:
+            check = len(codec.encode_object(data, self._level)), len(stored)
+        self._dictionaries.note(len(stored), check)
+        if check is not None and self._sampler is None and self._written % (
+                CHECK_EVERY * DRIFT_MIN_CHECKS) == 0 and self._dictionaries.wants_training():
+            self._sampler = Sampler()
