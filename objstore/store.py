@@ -450,7 +450,10 @@ class ObjectStore:
         if level and len(data) <= SMALL_BOUND:
             dictionary = self._dictionaries.current(self.get_bytes)
             if dictionary is not None:
-                return codec.encode_with_dictionary(data, level, dictionary)
+                stored = codec.encode_with_dictionary(data, level, dictionary)
+                if stored[4] == codec.CODEC_DICT:
+                    self._dictionaries.note(len(stored))
+                return stored
         return codec.encode_object(data, level)
 
     def _put_dictionary(self) -> PutDictionary | None:
