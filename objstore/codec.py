@@ -190,7 +190,7 @@ def train_dictionary(samples: Sequence[bytes], size: int, level: int) -> bytes:
     """A zstd dictionary of at most `size` bytes made from `samples` (fastCOVER with fixed
     parameters: one pass, no search over them, so its time is bounded by the samples')."""
     try:
-        trained = zstandard.train_dictionary(size, list(samples), k=1024, d=8, f=20, accel=1,
+        trained = zstandard.train_dictionary(size, list(samples), k=1024, d=8, f=18, accel=4,
                                              level=level, threads=1)
     except zstandard.ZstdError as exc:
         raise ObjstoreError(f"zstd could not train a dictionary: {exc}") from None

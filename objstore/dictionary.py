@@ -6,17 +6,24 @@ A dictionary is an ordinary object (stored plain, never with a dictionary) whose
 in the store file `dictionaries`, written atomically under a lock; the last one listed is the
 one new puts use. A dictionary is never unlisted, so gc keeps every one an object may name.
 
-Training happens inside a `put_files` call that puts many new small objects while the store
-has no dictionary (a first snapshot): the first `TRAIN_SAMPLES` of them are the samples, and
-the objects after them are compressed with the new dictionary; those before stay plain
-(re-encoding them would cost a second compression of a few percent of the snapshot for a
-fraction of a percent of its size).
+Training happens inside a `put_files` call that puts many new small objects (a first
+snapshot, a large import), never elsewhere:
+- while the store has no dictionary, its first `TRAIN_SAMPLES` new small objects are the
+  samples; the objects after them are compressed with the new dictionary, those before stay
+  plain (re-encoding them would cost a second compression for a fraction of a percent of the
+  store);
+- drift: every `WINDOW` new small objects of the call, a candidate is trained on every
+  `WINDOW // TRAIN_SAMPLES`-th of them (the content just put, which predicts the content
+  about to be put: a tree is walked directory by directory) and held-out samples are
+  compressed with the current dictionary and with the candidate. The content has drifted
+  when the candidate saves more than `DRIFT_MARGIN` of the held-out plain size over the
+  current one: the candidate is stored and becomes current.
+A training costs about a tenth of a second (fastCOVER with fixed parameters on about a
+thousand samples); on the Linux sources the first dictionary (trained on Documentation/)
+gains a third of what later ones do, which is why drift is checked within one call.
 
-Drift: one in `CHECK_EVERY` objects compressed with the dictionary is also compressed without
-it; the sums of both sizes give the estimated savings (`saved`) and the gain since training.
-When that gain, over at least `DRIFT_MIN_CHECKS` checks, falls below `DRIFT_FRACTION` of the gain
-measured on held-out samples at training, the next `put_files` call that puts enough new small
-objects trains a new dictionary.
+Checks: one in `CHECK_EVERY` objects compressed with the dictionary is also compressed
+without it; the sums of both sizes give the estimated savings (`saved`, for `ckpt stats`).
 
 What must not live here: envelope bytes and zstd calls (codec.py), reading files (putfiles.py).
 """
@@ -38,16 +45,15 @@ from ckpt.objstore.ids import ObjectId, hash_bytes, parse_oid
 DICTIONARIES_FILE = "dictionaries"
 _LOCK_FILE = "dictionaries.lock"
 _FILE_FORMAT = 1
-DICTIONARY_SIZE = 112 << 10
+DICTIONARY_SIZE = 64 << 10
 # Content up to this size is compressed with the dictionary (the gain per object falls with
 # its size: at 256 KiB it no longer pays for the 32-byte reference).
 SMALL_BOUND = 256 << 10
-TRAIN_SAMPLES = 2000
-_TRAIN_BYTES = 32 << 20  # at most this much sample content is held at once
+TRAIN_SAMPLES = 1000
 _HELD_OUT = 10  # one sample in this many measures the gain instead of training
 CHECK_EVERY = 64
-DRIFT_MIN_CHECKS = 256
-DRIFT_FRACTION = 0.5
+WINDOW = 16 * TRAIN_SAMPLES
+DRIFT_MARGIN = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,24 +78,13 @@ class DictionaryBook:
 
     dictionaries: tuple[DictionaryInfo, ...] = ()  # oldest first; the last is current
     saved: int = 0  # estimated bytes saved by every dictionary-compressed put so far
-    checked_plain: int = 0  # since the current one was trained: checks' sizes without it
-    checked_dict: int = 0  # and with it
+    checked_plain: int = 0  # the checks' sizes without a dictionary
+    checked_dict: int = 0  # and with one
     checks: int = 0  # how many checks those sums add up
 
     @property
     def current(self) -> DictionaryInfo | None:
         return self.dictionaries[-1] if self.dictionaries else None
-
-    def drifted(self, pending: _Pending) -> bool:
-        """Whether the content has drifted from the current dictionary (see module doc),
-        counting this process's `pending` checks too."""
-        current = self.current
-        checks = self.checks + pending.checks
-        plain = self.checked_plain + pending.checked_plain
-        if current is None or checks < DRIFT_MIN_CHECKS or not plain:
-            return False
-        gain = 1 - (self.checked_dict + pending.checked_dict) / plain
-        return gain < current.gain * DRIFT_FRACTION
 
     def encode(self) -> bytes:
         return json.dumps({
@@ -170,11 +165,8 @@ class Dictionaries:
         """List the stored dictionary `oid` as the current one."""
         def change(book: DictionaryBook) -> DictionaryBook:
             kept = tuple(d for d in book.dictionaries if d.oid != oid)
-            return replace(book, dictionaries=(*kept, DictionaryInfo(oid, gain)),
-                           checked_plain=0, checked_dict=0, checks=0)
+            return replace(book, dictionaries=(*kept, DictionaryInfo(oid, gain)))
         self._update(change)
-        with self._mutex:
-            self._pending = _Pending()
 
     # -- use -----------------------------------------------------------------------------
 
@@ -197,12 +189,6 @@ class Dictionaries:
 
     def forget_loaded(self) -> None:
         self._loaded.clear()
-
-    def wants_training(self) -> bool:
-        """Whether a large put should train a (new) dictionary."""
-        if not self.enabled:
-            return False
-        return self.book.current is None or self.book.drifted(self._pending)
 
     def note(self, stored: int, check: tuple[int, int] | None = None) -> None:
         """Count an envelope of `stored` bytes written with the current dictionary and, for
@@ -238,48 +224,66 @@ class Dictionaries:
 
 @dataclass(slots=True)
 class Sampler:
-    """New small contents of one `put_files` call kept for training."""
+    """Samples kept for a training: one in `every` contents offered."""
 
+    every: int = 1
     samples: list[bytes] = field(default_factory=list)
-    size: int = 0
+    offered: int = 0
 
     def offer(self, data: bytes) -> bool:
-        """Keep `data` as a sample; whether there are enough now to train."""
-        self.samples.append(data)
-        self.size += len(data)
-        return len(self.samples) >= TRAIN_SAMPLES or self.size >= _TRAIN_BYTES
+        """Offer a new small content; whether there are enough samples now to train."""
+        self.offered += 1
+        if self.offered % self.every == 0:
+            self.samples.append(data)
+        return len(self.samples) >= TRAIN_SAMPLES
 
 
-def train(samples: Sequence[bytes], level: int) -> tuple[bytes, float]:
-    """A dictionary trained on `samples` and its gain on the held-out ones (see
-    `DictionaryInfo.gain`)."""
+@dataclass(frozen=True, slots=True)
+class Trained:
+    data: bytes  # the dictionary
+    gain: float  # 1 - (held-out stored with it) / (held-out stored without one)
+    gain_of_current: float  # the same for the dictionary in use (0.0: none)
+
+    @property
+    def drifted(self) -> bool:
+        """Whether the content has drifted from the dictionary in use (see module doc)."""
+        return self.gain - self.gain_of_current > DRIFT_MARGIN
+
+
+def train(samples: Sequence[bytes], level: int,
+          current: codec.Dictionary | None = None) -> Trained:
+    """A dictionary trained on `samples` but one in `_HELD_OUT`, which measure it (and
+    `current`) against no dictionary."""
     held_out = samples[::_HELD_OUT]
     training = [s for index, s in enumerate(samples) if index % _HELD_OUT]
     data = codec.train_dictionary(training, DICTIONARY_SIZE, level)
-    dictionary = (hash_bytes(data), codec.load_dictionary(data))
-    plain = sum(len(codec.encode_object(s, level)) for s in held_out)
-    with_dictionary = sum(len(codec.encode_with_dictionary(s, level, dictionary))
-                          for s in held_out)
-    return data, (1 - with_dictionary / plain) if plain else 0.0
+    plain = sum(len(codec.encode_object(s, level)) for s in held_out) or 1
+
+    def gain(dictionary: codec.Dictionary | None) -> float:
+        if dictionary is None:
+            return 0.0
+        return 1 - sum(len(codec.encode_with_dictionary(s, level, dictionary))
+                       for s in held_out) / plain
+    return Trained(data, gain((hash_bytes(data), codec.load_dictionary(data))), gain(current))
 
 
 class PutDictionary:
     """The dictionary side of one `put_files` call: which dictionary its new batches use,
-    the samples it keeps while the store wants a (new) dictionary, and the counters of what
-    it wrote with one. Made by `ObjectStore.put_files` with the store's own steps."""
+    the samples it keeps for a first training or a drift check, and the counters of what it
+    wrote with a dictionary. Made by `ObjectStore.put_files` with the store's own steps."""
 
-    __slots__ = ("_active", "_dictionaries", "_level", "_load", "_sampler", "_train",
+    __slots__ = ("_active", "_dictionaries", "_level", "_load", "_sampler", "_store",
                  "_written")
 
     def __init__(self, dictionaries: Dictionaries, *, level: int,
                  load: Callable[[ObjectId], bytes],
-                 train: Callable[[Sequence[bytes]], ObjectId]) -> None:
+                 store: Callable[[Trained], ObjectId]) -> None:
         self._dictionaries = dictionaries
         self._level = level
         self._load = load
-        self._train = train
+        self._store = store
         self._active = dictionaries.current(load)
-        self._sampler = Sampler() if dictionaries.wants_training() else None
+        self._sampler = Sampler(1 if self._active is None else WINDOW // TRAIN_SAMPLES)
         self._written = 0
 
     @property
@@ -288,15 +292,18 @@ class PutDictionary:
         return self._active
 
     def offer(self, data: bytes) -> None:
-        """A new small object's content (`len(data) <= SMALL_BOUND`): a sample while training
-        is wanted; with enough, the dictionary is trained, stored and made active."""
-        sampler = self._sampler
-        if sampler is None or len(data) <= 64:
+        """A new small object's content (`len(data) <= SMALL_BOUND`): maybe a sample; with
+        enough, a training (the first, or a drift check, see module doc)."""
+        if len(data) <= 64 or not self._sampler.offer(data):
             return
-        if sampler.offer(data):
-            self._sampler = None
-            self._train(sampler.samples)
+        samples = self._sampler.samples
+        trained = train(samples, self._level, self._active)
+        if trained.drifted:
+            self._store(trained)
             self._active = self._dictionaries.current(self._load)
+        # Windowed from now on, adopted or not: content a dictionary does not help (media,
+        # random bytes) costs one training per window, not one per `TRAIN_SAMPLES`.
+        self._sampler = Sampler(WINDOW // TRAIN_SAMPLES)
 
     def written(self, data: bytes, stored: bytes) -> None:
         """Count an envelope made with the active dictionary; check one in `CHECK_EVERY`."""
@@ -305,6 +312,3 @@ class PutDictionary:
         if self._written % CHECK_EVERY == 0:
             check = len(codec.encode_object(data, self._level)), len(stored)
         self._dictionaries.note(len(stored), check)
-        if check is not None and self._sampler is None and self._written % (
-                CHECK_EVERY * DRIFT_MIN_CHECKS) == 0 and self._dictionaries.wants_training():
-            self._sampler = Sampler()

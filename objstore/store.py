@@ -19,7 +19,7 @@ from typing import BinaryIO, Literal, Protocol
 from ckpt.objstore import codec
 from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.backend import Backend, BulkBackend, FsyncPolicy, LocatedBackend, Repairable
-from ckpt.objstore.dictionary import SMALL_BOUND, Dictionaries, PutDictionary, train
+from ckpt.objstore.dictionary import SMALL_BOUND, Dictionaries, PutDictionary, Trained, train
 from ckpt.objstore.errors import (
     ContentChanged,
     CorruptObject,
@@ -433,15 +433,20 @@ class ObjectStore:
         return self._dictionaries.book.saved
 
     def train_dictionary(self, samples: Sequence[bytes]) -> ObjectId:
-        """Train a dictionary on `samples`, store it (plain) and make it the one new small
-        objects use; the store is raised to format 2 first."""
-        data, gain = train(samples, self.options.compression_level or 1)
+        """Train a dictionary on `samples`, store it and make it the one new small objects
+        use (put_files trains on its own: see objstore/dictionary.py)."""
+        return self._store_dictionary(train(samples, self.options.compression_level or 1))
+
+    def _store_dictionary(self, trained: Trained) -> ObjectId:
+        """Store a trained dictionary (plain) and list it as current; the store is raised to
+        format 2 first."""
         self.ensure_format(2)
-        oid = hash_bytes(data)
+        oid = hash_bytes(trained.data)
         if not self._present(oid):
-            self._put_absent(oid, codec.encode_object(data, self.options.compression_level))
+            self._put_absent(oid, codec.encode_object(trained.data,
+                                                      self.options.compression_level))
         self.backend.sync()  # the dictionary is durable before any object that names it
-        self._dictionaries.add(oid, gain)
+        self._dictionaries.add(oid, trained.gain)
         return oid
 
     def _encode(self, data: bytes | memoryview) -> bytes:
@@ -460,7 +465,7 @@ class ObjectStore:
         if not self.options.dictionaries or not self.options.compression_level:
             return None
         return PutDictionary(self._dictionaries, level=self.options.compression_level,
-                             load=self.get_bytes, train=self.train_dictionary)
+                             load=self.get_bytes, store=self._store_dictionary)
 
 
 def _own_directories(path: str) -> tuple[str, ...]:

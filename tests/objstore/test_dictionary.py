@@ -17,12 +17,13 @@ from hypothesis import strategies as st
 from ckpt.objstore import CorruptObject, ObjectStore, StoreOptions, Tree, TreeEntry, codec
 from ckpt.objstore.dictionary import (
     DICTIONARIES_FILE,
-    DRIFT_MIN_CHECKS,
+    DRIFT_MARGIN,
     SMALL_BOUND,
     TRAIN_SAMPLES,
+    WINDOW,
     DictionaryBook,
     DictionaryInfo,
-    _Pending,
+    train,
 )
 from ckpt.objstore.fsck import check_store
 from ckpt.objstore.gc import collect_garbage
@@ -139,6 +140,7 @@ def test_put_files_trains_on_a_large_first_put_and_a_reopened_store_reads(
     # Those put before the training stay plain; the ones after use the dictionary.
     assert codec.CODEC_DICT not in codecs[:TRAIN_SAMPLES - 1]
     assert codecs[-500:].count(codec.CODEC_DICT) >= 450
+    assert store.dictionary_ids() == (dictionary,)  # one kind of content: no drift
     assert store.dictionary_savings() > 0
     store.close()
     with open(tmp_path / "store" / FORMAT_FILE, "rb") as stream:
@@ -308,16 +310,45 @@ def test_the_dictionary_list_file_is_refused_when_damaged(tmp_path: Path) -> Non
     reopened.close()
 
 
-def test_drift_is_a_gain_well_below_the_gain_at_training() -> None:
-    oid = hash_bytes(b"d")
-    book = DictionaryBook((DictionaryInfo(oid, 0.2),))
-    assert not book.drifted(_Pending(checked_plain=1000, checked_dict=990, checks=10))
-    assert book.drifted(_Pending(checked_plain=1000, checked_dict=990, checks=DRIFT_MIN_CHECKS))
-    assert not book.drifted(_Pending(checked_plain=1000, checked_dict=850,
-                                     checks=DRIFT_MIN_CHECKS))
-    again = DictionaryBook.decode(book.encode(), "here")
-    assert again == book
-    assert not DictionaryBook().drifted(_Pending(checked_plain=9, checks=DRIFT_MIN_CHECKS))
+def test_the_list_file_round_trips() -> None:
+    book = DictionaryBook((DictionaryInfo(hash_bytes(b"d"), 0.2),), 10, 30, 20, 2)
+    assert DictionaryBook.decode(book.encode(), "here") == book
+
+
+def test_a_candidate_that_gains_more_than_the_margin_is_drift() -> None:
+    # Content of one kind, then of another: the dictionary of the first barely helps the
+    # second, a dictionary trained on the second does.
+    rng = random.Random(19)
+    first = train(samples(20, 300), 3)
+    assert first.drifted and first.gain_of_current == 0.0
+    current = (hash_bytes(first.data), codec.load_dictionary(first.data))
+    other_words = [bytes(rng.randbytes(6).hex(), "ascii") for _ in range(40)]
+    other = [b" ".join(rng.choice(other_words) for _ in range(rng.randint(50, 600)))
+             for _ in range(300)]
+    moved = train(other, 3, current)
+    assert moved.drifted and moved.gain > moved.gain_of_current + DRIFT_MARGIN
+    same = train(samples(21, 300), 3, current)
+    assert not same.drifted
+
+
+def test_put_files_trains_again_when_the_content_drifts(tmp_path: Path) -> None:
+    rng = random.Random(22)
+    words = [bytes(rng.randbytes(5).hex(), "ascii") for _ in range(60)]
+    kinds = [source_like(rng, rng.randint(300, 1500)) + b"%d" % i
+             for i in range(TRAIN_SAMPLES + 100)]
+    kinds += [b" ".join(rng.choice(words) for _ in range(rng.randint(60, 250))) + b"%d" % i
+              for i in range(WINDOW + 1200)]
+    paths = write_files(tmp_path / "tree", kinds)
+    store = ObjectStore.init(str(tmp_path / "store"))
+    results = list(store.put_files(paths))
+    store.sync()
+    first, second = store.dictionary_ids()
+    named = [codec.envelope_refs(store.backend.get(r.oid))  # type: ignore[union-attr]
+             for r in results]
+    assert named[TRAIN_SAMPLES + 600] == (first,)
+    assert set(named[-100:]) == {(second,)}
+    assert store.get_bytes(results[TRAIN_SAMPLES + 50].oid) == kinds[TRAIN_SAMPLES + 50]  # type: ignore[union-attr]
+    store.close()
 
 
 def test_counters_from_two_processes_add_up(tmp_path: Path) -> None:
