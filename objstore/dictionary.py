@@ -23,7 +23,9 @@ thousand samples); on the Linux sources the first dictionary (trained on Documen
 gains a third of what later ones do, which is why drift is checked within one call.
 
 Checks: one in `CHECK_EVERY` objects compressed with the dictionary is also compressed
-without it; the sums of both sizes give the estimated savings (`saved`, for `ckpt stats`).
+without it; the sums of both sizes give the estimated savings (`saved`, for `ckpt stats`),
+kept in the store file `dictionaries.counters` (statistics: written at each sync that wrote
+objects with a dictionary, without fsync, never read by anything but stats).
 
 What must not live here: envelope bytes and zstd calls (codec.py), reading files (putfiles.py).
 """
@@ -34,7 +36,8 @@ import fcntl
 import json
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from ckpt.objstore import codec
@@ -43,6 +46,7 @@ from ckpt.objstore.errors import CorruptObject
 from ckpt.objstore.ids import ObjectId, hash_bytes, parse_oid
 
 DICTIONARIES_FILE = "dictionaries"
+COUNTERS_FILE = "dictionaries.counters"
 _LOCK_FILE = "dictionaries.lock"
 _FILE_FORMAT = 1
 DICTIONARY_SIZE = 64 << 10
@@ -74,13 +78,9 @@ class _Pending:
 
 @dataclass(frozen=True, slots=True)
 class DictionaryBook:
-    """The content of the `dictionaries` file."""
+    """The content of the `dictionaries` file: every dictionary of the store, the gc roots."""
 
     dictionaries: tuple[DictionaryInfo, ...] = ()  # oldest first; the last is current
-    saved: int = 0  # estimated bytes saved by every dictionary-compressed put so far
-    checked_plain: int = 0  # the checks' sizes without a dictionary
-    checked_dict: int = 0  # and with one
-    checks: int = 0  # how many checks those sums add up
 
     @property
     def current(self) -> DictionaryInfo | None:
@@ -90,8 +90,6 @@ class DictionaryBook:
         return json.dumps({
             "format": _FILE_FORMAT,
             "dictionaries": [{"id": d.oid.hex(), "gain": d.gain} for d in self.dictionaries],
-            "saved": self.saved, "checked_plain": self.checked_plain,
-            "checked_dict": self.checked_dict, "checks": self.checks,
         }, indent=1).encode() + b"\n"
 
     @classmethod
@@ -101,12 +99,47 @@ class DictionaryBook:
             if raw["format"] != _FILE_FORMAT:
                 raise ValueError(f"unknown format {raw['format']!r}")
             return cls(tuple(DictionaryInfo(parse_oid(d["id"]), float(d["gain"]))
-                             for d in raw["dictionaries"]),
-                       int(raw["saved"]), int(raw["checked_plain"]), int(raw["checked_dict"]),
-                       int(raw["checks"]))
+                             for d in raw["dictionaries"]))
         except (ValueError, KeyError, TypeError) as exc:
             # Unreadable, the list of gc roots is unknown: nothing may be collected.
             raise CorruptObject(None, f"dictionary list {where}: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """The content of the `dictionaries.counters` file: only statistics, written without
+    fsync at each sync that wrote objects with a dictionary (unreadable: all zero)."""
+
+    saved: int = 0  # estimated bytes saved by every dictionary-compressed put so far
+    checked_plain: int = 0  # the checks' sizes without a dictionary
+    checked_dict: int = 0  # and with one
+    checks: int = 0  # how many checks those sums add up
+
+    def encode(self) -> bytes:
+        return json.dumps({"saved": self.saved, "checked_plain": self.checked_plain,
+                           "checked_dict": self.checked_dict, "checks": self.checks}).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Counters:
+        try:
+            raw = json.loads(data)
+            return cls(int(raw["saved"]), int(raw["checked_plain"]), int(raw["checked_dict"]),
+                       int(raw["checks"]))
+        except (ValueError, KeyError, TypeError):
+            return cls()
+
+    def add(self, pending: _Pending, gain: float) -> Counters:
+        """With this process's `pending` counts; `gain` (the current dictionary's at its
+        training) stands in for the checks' ratio until there are checks."""
+        plain = self.checked_plain + pending.checked_plain
+        with_dictionary = self.checked_dict + pending.checked_dict
+        if plain and with_dictionary:
+            ratio = plain / with_dictionary
+        else:
+            ratio = 1 / (1 - gain) if gain < 1 else 1
+        saved = max(0, round(pending.stored * ratio) - pending.stored)
+        return Counters(self.saved + saved, plain, with_dictionary,
+                        self.checks + pending.checks)
 
 
 class Dictionaries:
@@ -117,7 +150,10 @@ class Dictionaries:
         self.enabled = enabled
         self._path = None if store_path is None else os.path.join(store_path, DICTIONARIES_FILE)
         self._lock_path = None if store_path is None else os.path.join(store_path, _LOCK_FILE)
+        self._counters_path = (None if store_path is None
+                               else os.path.join(store_path, COUNTERS_FILE))
         self._book: DictionaryBook | None = None if store_path is not None else DictionaryBook()
+        self._counters = Counters()  # an in-memory store's
         self._loaded: dict[ObjectId, codec.DictionaryData] = {}
         self._pending = _Pending()
         self._mutex = threading.Lock()
@@ -141,19 +177,35 @@ class Dictionaries:
     def _update(self, change: Callable[[DictionaryBook], DictionaryBook]) -> None:
         """Apply `change` to the book as it is on disk now (another process may have written
         it), under the lock, and write it back atomically and durably: it lists gc roots."""
-        if self._path is None or self._lock_path is None:
+        if self._path is None:
             self._book = change(self.book)
             return
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
-                     0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with self._locked():
             book = change(self._read())
             write_atomically(self._path, book.encode(), fsync_file=True, fsync_dir=True,
                              mode=0o666)
             self._book = book
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        assert self._lock_path is not None
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
         finally:
             os.close(fd)
+
+    def counters(self) -> Counters:
+        """The counters as they are on disk now (with every process's flushed counts)."""
+        if self._counters_path is None:
+            return self._counters
+        try:
+            with open(self._counters_path, "rb") as stream:
+                return Counters.decode(stream.read())
+        except FileNotFoundError:
+            return Counters()
 
     def ids(self) -> tuple[ObjectId, ...]:
         """Every listed dictionary: gc roots. Read afresh (another process may have trained)."""
@@ -202,24 +254,21 @@ class Dictionaries:
                 pending.checks += 1
 
     def flush(self) -> None:
-        """Add this process's counters to the book (at `sync`)."""
+        """Add this process's counts to the counters file (at `sync`)."""
         with self._mutex:
             pending, self._pending = self._pending, _Pending()
         if not pending.stored:
             return
-
-        def change(book: DictionaryBook) -> DictionaryBook:
-            plain = book.checked_plain + pending.checked_plain
-            with_dictionary = book.checked_dict + pending.checked_dict
-            current = book.current
-            if plain and with_dictionary:
-                ratio = plain / with_dictionary
-            else:
-                ratio = 1 / (1 - current.gain) if current is not None and current.gain < 1 else 1
-            saved = max(0, round(pending.stored * ratio) - pending.stored)
-            return replace(book, saved=book.saved + saved, checked_plain=plain,
-                           checked_dict=with_dictionary, checks=book.checks + pending.checks)
-        self._update(change)
+        current = self.book.current
+        gain = current.gain if current is not None else 0.0
+        if self._counters_path is None:
+            self._counters = self._counters.add(pending, gain)
+            return
+        with self._locked():
+            counters = self.counters().add(pending, gain)
+            # Statistics only: no fsync (a crash may lose the latest counts, never objects).
+            write_atomically(self._counters_path, counters.encode(), fsync_file=False,
+                             fsync_dir=False, mode=0o666)
 
 
 @dataclass(slots=True)

@@ -430,7 +430,7 @@ class ObjectStore:
     def dictionary_savings(self) -> int:
         """Estimated bytes dictionaries saved over every put of this store (see
         objstore/dictionary.py: from counters, not a read of the objects)."""
-        return self._dictionaries.book.saved
+        return self._dictionaries.counters().saved
 
     def train_dictionary(self, samples: Sequence[bytes]) -> ObjectId:
         """Train a dictionary on `samples`, store it and make it the one new small objects

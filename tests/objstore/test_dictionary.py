@@ -16,11 +16,13 @@ from hypothesis import strategies as st
 
 from ckpt.objstore import CorruptObject, ObjectStore, StoreOptions, Tree, TreeEntry, codec
 from ckpt.objstore.dictionary import (
+    COUNTERS_FILE,
     DICTIONARIES_FILE,
     DRIFT_MARGIN,
     SMALL_BOUND,
     TRAIN_SAMPLES,
     WINDOW,
+    Counters,
     DictionaryBook,
     DictionaryInfo,
     train,
@@ -311,8 +313,11 @@ def test_the_dictionary_list_file_is_refused_when_damaged(tmp_path: Path) -> Non
 
 
 def test_the_list_file_round_trips() -> None:
-    book = DictionaryBook((DictionaryInfo(hash_bytes(b"d"), 0.2),), 10, 30, 20, 2)
+    book = DictionaryBook((DictionaryInfo(hash_bytes(b"d"), 0.2),))
     assert DictionaryBook.decode(book.encode(), "here") == book
+    counters = Counters(10, 30, 20, 2)
+    assert Counters.decode(counters.encode()) == counters
+    assert Counters.decode(b"torn") == Counters()
 
 
 def test_a_candidate_that_gains_more_than_the_margin_is_drift() -> None:
@@ -363,9 +368,9 @@ def test_counters_from_two_processes_add_up(tmp_path: Path) -> None:
     two._dictionaries.note(1000, (1500, 1000))
     one.sync()
     two.sync()
-    book = DictionaryBook.decode((path / DICTIONARIES_FILE).read_bytes(), "here")
-    assert book.checks == 2 and book.checked_plain == 3000
-    assert book.saved > 1000  # half of what was noted, and half of what the puts wrote
+    counters = Counters.decode((path / COUNTERS_FILE).read_bytes())
+    assert counters.checks == 2 and counters.checked_plain == 3000
+    assert counters.saved > 1000  # half of what was noted, and half of what the puts wrote
     one.close()
     two.close()
 
