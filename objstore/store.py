@@ -417,7 +417,12 @@ class ObjectStore:
 
     def dictionary(self, oid: ObjectId) -> codec.DictionaryData:
         """Dictionary `oid` (`codec.RefResolver`), verified by its first read, then cached."""
-        return self._dictionaries.get(oid, self.get_bytes)
+        return self._dictionaries.get(oid, self._dictionary_content)
+
+    def _dictionary_content(self, oid: ObjectId) -> bytes:
+        # Decoded without `refs`: a dictionary that names a dictionary (itself, a cycle) is
+        # corrupt, never a recursion.
+        return self._verified(oid, codec.decode_object(self.backend.get(oid), oid))
 
     def base(self, oid: ObjectId) -> bytes:
         """`codec.RefResolver`'s delta base: this store writes no deltas."""
@@ -453,7 +458,7 @@ class ObjectStore:
         """`data`'s envelope, with the current dictionary when it is small."""
         level = self.options.compression_level
         if level and len(data) <= SMALL_BOUND:
-            dictionary = self._dictionaries.current(self.get_bytes)
+            dictionary = self._dictionaries.current(self._dictionary_content)
             if dictionary is not None:
                 stored = codec.encode_with_dictionary(data, level, dictionary)
                 if stored[4] == codec.CODEC_DICT:
@@ -465,7 +470,7 @@ class ObjectStore:
         if not self.options.dictionaries or not self.options.compression_level:
             return None
         return PutDictionary(self._dictionaries, level=self.options.compression_level,
-                             load=self.get_bytes, store=self._store_dictionary)
+                             load=self._dictionary_content, store=self._store_dictionary)
 
 
 def _own_directories(path: str) -> tuple[str, ...]:

@@ -108,6 +108,22 @@ def test_a_dictionary_object_needs_its_store_to_decode(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_dictionary_that_names_a_dictionary_is_corrupt_not_a_recursion() -> None:
+    store = ObjectStore(MemoryBackend(), StoreOptions())
+    real = store.train_dictionary(samples(23))
+    data = samples(24, 1)[0]
+    fake = hash_bytes(data)
+    looped = bytearray(codec.encode_with_dictionary(
+        data, 1, (real, codec.load_dictionary(store.get_bytes(real)))))
+    looped[codec.HEADER_SIZE:codec.HEADER_SIZE + 32] = fake  # names itself
+    store.backend.put(fake, bytes(looped))
+    with pytest.raises(CorruptObject, match="needs its dictionary"):
+        store.dictionary(fake)
+    with pytest.raises(CorruptObject) as raised:
+        store.get_bytes(fake)
+    assert raised.value.oid == fake
+
+
 @settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(contents=st.lists(st.binary(min_size=0, max_size=3000)
