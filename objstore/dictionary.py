@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 
 from ckpt.objstore import codec
 from ckpt.objstore.atomicfile import write_atomically
-from ckpt.objstore.errors import CorruptObject
+from ckpt.objstore.errors import CorruptObject, ObjstoreError
 from ckpt.objstore.ids import ObjectId, hash_bytes, parse_oid
 
 DICTIONARIES_FILE = "dictionaries"
@@ -156,6 +156,7 @@ class Dictionaries:
         self._book: DictionaryBook | None = None if store_path is not None else DictionaryBook()
         self._counters = Counters()  # an in-memory store's
         self._loaded: dict[ObjectId, codec.DictionaryData] = {}
+        self._unreadable: set[ObjectId] = set()  # current ones that failed to load
         self._pending = _Pending()
         self._mutex = threading.Lock()
 
@@ -224,13 +225,16 @@ class Dictionaries:
     # -- use -----------------------------------------------------------------------------
 
     def current(self, load: Callable[[ObjectId], bytes]) -> codec.Dictionary | None:
-        """The dictionary new puts use (None: none, or dictionaries are off)."""
-        if not self.enabled:
-            return None
+        """The dictionary new puts use (None: none, dictionaries are off, or it cannot be
+        read: new objects are not made with a damaged dictionary, and fsck reports it)."""
         info = self.book.current
-        if info is None:
+        if not self.enabled or info is None or info.oid in self._unreadable:
             return None
-        return info.oid, self.get(info.oid, load)
+        try:
+            return info.oid, self.get(info.oid, load)
+        except ObjstoreError:
+            self._unreadable.add(info.oid)
+            return None
 
     def get(self, oid: ObjectId, load: Callable[[ObjectId], bytes]
             ) -> codec.DictionaryData:
@@ -242,6 +246,7 @@ class Dictionaries:
 
     def forget_loaded(self) -> None:
         self._loaded.clear()
+        self._unreadable.clear()
 
     def note(self, stored: int, check: tuple[int, int] | None = None) -> None:
         """Count an envelope of `stored` bytes written with the current dictionary and, for

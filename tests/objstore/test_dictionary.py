@@ -291,6 +291,10 @@ def test_fsck_reports_every_dependent_of_a_damaged_dictionary(tmp_path: Path) ->
     with pytest.raises(CorruptObject) as raised:
         store.get_bytes(blobs[0])
     assert raised.value.oid == blobs[0]
+    # New puts go on without the damaged dictionary (and a large put trains a new one).
+    fresh = samples(25, 1)[0]
+    assert codec_of(store, store.put_bytes(fresh)) == codec.CODEC_ZSTD
+    assert store.get_bytes(hash_bytes(fresh)) == fresh
     store.close()
 
 
