@@ -56,6 +56,7 @@ CHUNK_SIZE = 1 << 20
 _MIN_SAVING_SHIFT = 5
 
 _local = threading.local()
+_DICT_DECOMPRESSORS = 16  # per thread, the oldest made dropped first
 Frame = Any  # bytes-like: bytes or a zstandard BufferSegment (a slice of a batch's buffer)
 
 
@@ -84,6 +85,9 @@ def _compressor(level: int, dictionary: Dictionary | None = None) -> zstandard.Z
         if dictionary is None:
             compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
         else:  # the envelope names the dictionary: the frame need not
+            # Puts use one dictionary at a time: a replaced one's compressor goes.
+            for old in [k for k in cache if k[0] == level and k[1] is not None]:
+                del cache[old]
             compressor = zstandard.ZstdCompressor(
                 level=level, dict_data=dictionary[1], write_content_size=True,
                 write_dict_id=False)
@@ -98,6 +102,8 @@ def _dict_decompressor(dictionary: Dictionary) -> zstandard.ZstdDecompressor:
         cache = _local.dict_decompressors = {}
     decompressor = cache.get(dictionary[0])
     if decompressor is None:
+        if len(cache) >= _DICT_DECOMPRESSORS:  # bounded: a store may hold many dictionaries
+            del cache[next(iter(cache))]
         decompressor = cache[dictionary[0]] = zstandard.ZstdDecompressor(dict_data=dictionary[1])
     return decompressor
 
