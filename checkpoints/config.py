@@ -104,6 +104,7 @@ class StoreConfig:
     server: str = "auto"  # "auto"/"on": a resident server started on demand; "off": never
     server_idle: float = 600.0  # seconds without a request before the server exits; 0 = never
     server_verify: float = 3600.0  # seconds between the idle server's verification walks; 0 = never
+    dictionaries: bool = True  # small objects compressed with a zstd dictionary trained here
 
     def __post_init__(self) -> None:
         for name, (check, _) in _FIELDS.items():
@@ -281,5 +282,6 @@ _FIELDS: dict[str, tuple[Callable[[object], object], Callable[[str], Any]]] = {
     "server": (_check_choice(SERVER_MODES), lambda text: text.strip().lower()),
     "server_idle": (_check_seconds, _parse_number(float, "a number of seconds")),
     "server_verify": (_check_seconds, _parse_number(float, "a number of seconds")),
+    "dictionaries": (_check_bool, _parse_bool),
 }
 assert set(_FIELDS) == set(CONFIG_KEYS), "every setting needs a check and a parser"

@@ -329,4 +329,5 @@ class Maintenance:
         for record in records:
             roots[record.root] = roots.get(record.root, 0) + 1
         return StoreStats(count, stored, sum(r.stats.bytes for r in records), len(records),
-                          ws.catalog.session_counts(), dict(sorted(roots.items())))
+                          ws.catalog.session_counts(), dict(sorted(roots.items())),
+                          saved_by_dictionaries=ws.objects.dictionary_savings())

@@ -215,6 +215,8 @@ class StoreStats:
     checkpoints: int  # of every root and session of the store
     sessions: dict[str, int]  # checkpoints per session, every root counted
     roots: dict[str, int] = field(default_factory=dict)  # checkpoints per root, every session
+    # Bytes dictionaries saved (estimated from counters kept at put time: objstore/dictionary.py)
+    saved_by_dictionaries: int = 0
 
     @property
     def dedup_ratio(self) -> float:

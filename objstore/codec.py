@@ -30,7 +30,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import msgpack
 import zstandard
@@ -56,18 +56,56 @@ CHUNK_SIZE = 1 << 20
 _MIN_SAVING_SHIFT = 5
 
 _local = threading.local()
+_DICT_DECOMPRESSORS = 16  # per thread, the oldest made dropped first
 Frame = Any  # bytes-like: bytes or a zstandard BufferSegment (a slice of a batch's buffer)
 
 
-def _compressor(level: int) -> zstandard.ZstdCompressor:
-    # ZstdCompressor objects are not thread-safe; one per thread and level.
-    cache: dict[int, zstandard.ZstdCompressor] | None = getattr(_local, "compressors", None)
+class RefResolver(Protocol):
+    """What decoding a codec 2 or 3 envelope needs from its store (`ObjectStore` is one)."""
+
+    def dictionary(self, oid: ObjectId) -> DictionaryData: ...
+    def base(self, oid: ObjectId) -> bytes: ...
+
+
+DictionaryData = zstandard.ZstdCompressionDict  # a loaded dictionary, ready for (de)compressors
+# A zstd dictionary in use: its object id (named by every frame made with it) and its data.
+Dictionary = tuple[ObjectId, DictionaryData]
+
+
+def _compressor(level: int, dictionary: Dictionary | None = None) -> zstandard.ZstdCompressor:
+    # ZstdCompressor objects are not thread-safe; one per thread, level and dictionary (which
+    # a compressor loads once, not per frame).
+    cache: dict[tuple[int, ObjectId | None], zstandard.ZstdCompressor] | None = getattr(
+        _local, "compressors", None)
     if cache is None:
         cache = _local.compressors = {}
-    compressor = cache.get(level)
+    key = (level, None if dictionary is None else dictionary[0])
+    compressor = cache.get(key)
     if compressor is None:
-        compressor = cache[level] = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        if dictionary is None:
+            compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        else:  # the envelope names the dictionary: the frame need not
+            # Puts use one dictionary at a time: a replaced one's compressor goes.
+            for old in [k for k in cache if k[0] == level and k[1] is not None]:
+                del cache[old]
+            compressor = zstandard.ZstdCompressor(
+                level=level, dict_data=dictionary[1], write_content_size=True,
+                write_dict_id=False)
+        cache[key] = compressor
     return compressor
+
+
+def _dict_decompressor(dictionary: Dictionary) -> zstandard.ZstdDecompressor:
+    cache: dict[ObjectId, zstandard.ZstdDecompressor] | None = getattr(
+        _local, "dict_decompressors", None)
+    if cache is None:
+        cache = _local.dict_decompressors = {}
+    decompressor = cache.get(dictionary[0])
+    if decompressor is None:
+        if len(cache) >= _DICT_DECOMPRESSORS:  # bounded: a store may hold many dictionaries
+            del cache[next(iter(cache))]
+        decompressor = cache[dictionary[0]] = zstandard.ZstdDecompressor(dict_data=dictionary[1])
+    return decompressor
 
 
 def _decompressor() -> zstandard.ZstdDecompressor:
@@ -104,7 +142,18 @@ def compress_batch(items: Sequence[bytes], level: int, threads: int) -> Sequence
     a pool thread, and every Python step it takes after the compression holds the GIL that
     the reading thread is waiting for.
     """
-    compressor = _compressor(level)  # this thread's: one batch at a time
+    return _compress_batch(items, level, threads, None)
+
+
+def compress_batch_with_dictionary(items: Sequence[bytes], level: int,
+                                   dictionary: Dictionary) -> Sequence[Frame]:
+    """`compress_batch` (one native thread) of frames made with `dictionary` (codec 2)."""
+    return _compress_batch(items, level, 1, dictionary)
+
+
+def _compress_batch(items: Sequence[bytes], level: int, threads: int,
+                    dictionary: Dictionary | None) -> Sequence[Frame]:
+    compressor = _compressor(level, dictionary)  # this thread's: one batch at a time
     multi = getattr(compressor, "multi_compress_to_buffer", None)  # C backend only
     if multi is not None and len(items) > 1:
         try:
@@ -114,12 +163,13 @@ def compress_batch(items: Sequence[bytes], level: int, threads: int) -> Sequence
         else:
             if len(frames) == len(items):
                 return frames  # type: ignore[no-any-return]
-    return compress_each(items, level)
+    return compress_each(items, level, dictionary)
 
 
-def compress_each(items: Sequence[bytes], level: int) -> list[bytes]:
+def compress_each(items: Sequence[bytes], level: int,
+                  dictionary: Dictionary | None = None) -> list[bytes]:
     """`compress_batch` one item at a time in this thread (any zstandard backend)."""
-    compressor = _compressor(level)
+    compressor = _compressor(level, dictionary)
     return [compressor.compress(item) for item in items]
 
 
@@ -138,6 +188,46 @@ def envelope(data: bytes, frame: Frame | None) -> bytes:
                 f"zstd frame declares {zstandard.frame_content_size(frame)} bytes for content "
                 f"of {len(data)}: frames out of order")
         stored: bytes = _HEADER.pack(MAGIC, FORMAT, CODEC_ZSTD, len(data)) + frame  # one copy
+        return stored
+    return _HEADER.pack(MAGIC, FORMAT, CODEC_RAW, len(data)) + data
+
+
+def train_dictionary(samples: Sequence[bytes], size: int, level: int) -> bytes:
+    """A zstd dictionary of at most `size` bytes made from `samples` (fastCOVER with fixed
+    parameters: one pass, no search over them, so its time is bounded by the samples')."""
+    try:
+        trained = zstandard.train_dictionary(size, list(samples), k=1024, d=8, f=18, accel=4,
+                                             level=level, threads=1)
+    except zstandard.ZstdError as exc:
+        raise ObjstoreError(f"zstd could not train a dictionary: {exc}") from None
+    data: bytes = trained.as_bytes()
+    return data
+
+
+def load_dictionary(data: bytes) -> DictionaryData:
+    """The dictionary whose bytes are `data` (a dictionary object's verified content)."""
+    return zstandard.ZstdCompressionDict(data)
+
+
+def encode_with_dictionary(data: bytes | memoryview, level: int,
+                           dictionary: Dictionary) -> bytes:
+    """`encode_object` with `dictionary` (codec 2), raw when that does not pay."""
+    if needs_compression(len(data), level):
+        return dictionary_envelope(bytes(data), _compressor(level, dictionary).compress(data),
+                                   dictionary[0])
+    return _HEADER.pack(MAGIC, FORMAT, CODEC_RAW, len(data)) + bytes(data)
+
+
+def dictionary_envelope(data: bytes, frame: Frame, dictionary_id: ObjectId) -> bytes:
+    """`envelope` of a frame made with the dictionary `dictionary_id` (codec 2); raw when the
+    frame and the id do not pay."""
+    if _pays(len(data), len(frame) + OID_SIZE):
+        if zstandard.frame_content_size(frame) != len(data):
+            raise ObjstoreError(
+                f"zstd frame declares {zstandard.frame_content_size(frame)} bytes for content "
+                f"of {len(data)}: frames out of order")
+        stored: bytes = (_HEADER.pack(MAGIC, FORMAT, CODEC_DICT, len(data)) + dictionary_id
+                         + frame)
         return stored
     return _HEADER.pack(MAGIC, FORMAT, CODEC_RAW, len(data)) + data
 
@@ -192,21 +282,28 @@ def read_header(stored: bytes | memoryview, oid: ObjectId | None) -> tuple[int, 
         raise CorruptObject(oid, "bad magic")
     if version != FORMAT:
         raise CorruptObject(oid, f"unknown object format {version}")
-    if codec not in (CODEC_RAW, CODEC_ZSTD):
+    if codec not in (CODEC_RAW, CODEC_ZSTD, CODEC_DICT, CODEC_DELTA):
         raise CorruptObject(oid, f"unknown codec {codec}")
     return codec, length
 
 
 def decode_object(
-    stored: bytes, oid: ObjectId | None = None, *, max_size: int = MAX_INMEMORY_SIZE
+    stored: bytes, oid: ObjectId | None = None, *, max_size: int = MAX_INMEMORY_SIZE,
+    refs: RefResolver | None = None,
 ) -> bytes:
-    """The content inside an envelope (not yet hash-verified: the store does that)."""
+    """The content inside an envelope (not yet hash-verified: the store does that). A codec 2
+    or 3 envelope needs `refs`, its store, for the dictionary or base it names."""
     codec, length = read_header(stored, oid)
     if length > max_size:
         raise CorruptObject(oid, f"declared size {length} exceeds the in-memory limit {max_size}")
     body = memoryview(stored)[HEADER_SIZE:]
+    decompressor = None
+    if codec == CODEC_DICT:
+        decompressor, body = _with_dictionary(body, oid, refs)
     if codec == CODEC_RAW:
         data = bytes(body)
+    elif codec == CODEC_DELTA:
+        raise CorruptObject(oid, "needs its base: deltas are not readable here")
     else:
         try:
             # zstd sizes its output buffer from the frame header, not from max_output_size:
@@ -215,7 +312,7 @@ def decode_object(
             framed = zstandard.frame_content_size(body)
             if framed != length:
                 raise CorruptObject(oid, f"zstd frame declares {framed} bytes, header {length}")
-            data = _decompressor().decompress(body, max_output_size=length)
+            data = (decompressor or _decompressor()).decompress(body, max_output_size=length)
         except zstandard.ZstdError as exc:
             raise CorruptObject(oid, f"zstd: {exc}") from None
     if len(data) != length:
@@ -223,10 +320,32 @@ def decode_object(
     return data
 
 
-def iter_decode_object(stream: BinaryIO, oid: ObjectId | None) -> Iterator[bytes]:
-    """Stream the content of an envelope read from `stream`, bounded by the declared length."""
+def _with_dictionary(body: memoryview, oid: ObjectId | None, refs: RefResolver | None
+                     ) -> tuple[zstandard.ZstdDecompressor, memoryview]:
+    """The decompressor of a codec 2 body's dictionary, and its frame. Whatever keeps the
+    dictionary from being used is this object's damage too, named for it."""
+    if len(body) < OID_SIZE:
+        raise CorruptObject(oid, "truncated envelope reference")
+    dictionary_id = ObjectId(bytes(body[:OID_SIZE]))
+    if refs is None:
+        raise CorruptObject(oid, "needs its dictionary")
+    try:
+        dictionary = refs.dictionary(dictionary_id)
+    except ObjstoreError as exc:  # CorruptObject, ObjectNotFound
+        raise CorruptObject(oid, f"its dictionary {dictionary_id.hex()} is unreadable: "
+                                 f"{getattr(exc, 'reason', exc)}") from None
+    return _dict_decompressor((dictionary_id, dictionary)), body[OID_SIZE:]
+
+
+def iter_decode_object(stream: BinaryIO, oid: ObjectId | None,
+                       refs: RefResolver | None = None) -> Iterator[bytes]:
+    """Stream the content of an envelope read from `stream`, bounded by the declared length.
+    A codec 2 envelope (a small object) is decoded whole, with `refs`."""
     header = stream.read(HEADER_SIZE)
     codec, length = read_header(header, oid)
+    if codec == CODEC_DICT:
+        yield decode_object(header + stream.read(MAX_INMEMORY_SIZE), oid, refs=refs)
+        return
     source: Any = stream
     if codec == CODEC_ZSTD:
         # A stream reader uses its decompressor's context for its whole life: sharing the

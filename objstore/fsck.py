@@ -4,7 +4,7 @@ copy's own framing checks, e.g. each pack record's header and crc against its in
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ckpt.objstore.backend import RecordChecking
@@ -26,6 +26,19 @@ class FsckReport:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+def _damaged_dictionaries(store: ObjectStore, verify: Callable[[ObjectId], str | None]
+                          ) -> list[Damage]:
+    """Every listed dictionary is read and verified (in both modes: a damaged one makes every
+    object compressed with it unreadable, which a full check reports object by object)."""
+    damaged = []
+    for oid in store.dictionary_ids():
+        reason = verify(oid)
+        if reason is not None:
+            problem = "missing" if reason == "missing" else "corrupt"
+            damaged.append(Damage(oid, problem, f"dictionary: {reason}", None, None))
+    return damaged
 
 
 def check_store(store: ObjectStore, roots: Iterable[ObjectId], *, full: bool = False) -> FsckReport:
@@ -51,7 +64,7 @@ def check_store(store: ObjectStore, roots: Iterable[ObjectId], *, full: bool = F
     # now: drop it so every tree the walk visits is read back and verified.
     store.forget_cached()
     reach = walk_reachable(store, roots, check_blob=verify if full else present)
-    problems = list(reach.damage)
+    problems = list(reach.damage) + _damaged_dictionaries(store, verify)
     verified = 0
     if full:
         reported = {damage.oid for damage in problems}

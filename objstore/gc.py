@@ -44,6 +44,12 @@ def find_reachable(store: ObjectStore, roots: Iterable[ObjectId]) -> set[ObjectI
     return reach.all
 
 
+def _dictionaries(store: ObjectStore) -> set[ObjectId]:
+    """Every listed dictionary is live: an object that names one may be young or unreached
+    now and reached later (a dictionary is small; one is trained per large content change)."""
+    return set(store.dictionary_ids())
+
+
 def collect_garbage(
     store: ObjectStore,
     roots: Iterable[ObjectId],
@@ -52,7 +58,7 @@ def collect_garbage(
     now: float,
     dry_run: bool = False,
 ) -> GcReport:
-    live = find_reachable(store, roots)
+    live = find_reachable(store, roots) | _dictionaries(store)
     backend = store.backend
     cutoff = now - grace_seconds
     removed = freed = young = 0

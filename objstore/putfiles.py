@@ -36,6 +36,7 @@ from functools import partial
 from typing import Any
 
 from ckpt.objstore import codec
+from ckpt.objstore.dictionary import SMALL_BOUND, PutDictionary
 from ckpt.objstore.errors import ContentChanged
 from ckpt.objstore.fileread import READ_FLAGS, not_regular, read_whole
 from ckpt.objstore.ids import ObjectId, hash_bytes
@@ -77,13 +78,13 @@ class PutPipeline:
     (stream one large file).
     """
 
-    __slots__ = ("_batch", "_inflight", "_keep", "_large_new", "_level", "_pending", "_pool",
-                 "_put_absent_many", "_put_large", "_refresh", "_slots", "_threshold",
-                 "_workers")
+    __slots__ = ("_batch", "_dictionary", "_inflight", "_keep", "_large_new", "_level",
+                 "_pending", "_pool", "_put_absent_many", "_put_large", "_refresh", "_slots",
+                 "_threshold", "_workers")
 
     def __init__(self, *, refresh: Callable[[ObjectId], bool], put_absent_many: PutAbsentMany,
                  put_large: PutLarge, compression_level: int, stream_threshold: int,
-                 threads: int) -> None:
+                 threads: int, dictionary: PutDictionary | None = None) -> None:
         self._refresh = refresh
         self._put_absent_many = put_absent_many
         self._put_large = put_large
@@ -100,7 +101,8 @@ class PutPipeline:
         self._inflight: deque[_Batch | _LargeFile] = deque()
         self._large_new: set[ObjectId] = set()  # large contents this call reported new
         self._pending: set[ObjectId] = set()  # read here, not written yet: a copy is not new
-        self._batch = _Batch()
+        self._dictionary = dictionary  # None: dictionaries are off (or nothing compresses)
+        self._batch = self._new_batch()
 
     def run(self, paths: Iterable[str | bytes]) -> Iterator[Outcome]:
         """Each path's outcome, in order, as soon as it and those before it are known."""
@@ -179,12 +181,14 @@ class PutPipeline:
         self._slots.append(slot)
         batch = self._batch
         batch.add(oid, data, before, slot, self._level > 0 and len(data) > _MIN_COMPRESSED)
+        if self._dictionary is not None and len(data) <= SMALL_BOUND:
+            self._dictionary.offer(data)
         if batch.size >= _BATCH_BYTES or len(batch.items) >= _BATCH_ITEMS:
             self._send_batch()
 
     def _send_batch(self) -> None:
         """The full batch to a pool thread (here, when nothing compresses on a pool)."""
-        batch, self._batch = self._batch, _Batch()
+        batch, self._batch = self._batch, self._new_batch()
         if self._pool is None and self._level > 0 and self._workers > 0:
             self._pool = self._new_pool()
         if self._pool is None:
@@ -211,6 +215,9 @@ class PutPipeline:
                 slot[0] = dataclasses.replace(result, is_new=False, stored_bytes=0)
             else:
                 self._large_new.add(result.oid)
+
+    def _new_batch(self) -> _Batch:
+        return _Batch(None if self._dictionary is None else self._dictionary.active)
 
     def _new_pool(self) -> ThreadPoolExecutor:
         # Whole batches side by side, one thread each: a batch split across the threads leaves
@@ -239,17 +246,38 @@ class PutPipeline:
 
     def _write_batch(self, batch: _Batch) -> None:
         frames = batch.frames()
-        envelope = codec.envelope
-        objects = [
-            (oid, envelope(data, frames[index] if index >= 0 else None))
-            for oid, data, _, _, index in batch.items
-        ]
+        if batch.dictionary is not None:
+            objects = self._envelopes_with_dictionary(batch, frames)
+        else:
+            envelope = codec.envelope
+            objects = [
+                (oid, envelope(data, frames[index] if index >= 0 else None))
+                for oid, data, _, _, index in batch.items
+            ]
         written = self._put_absent_many(objects)
         # A concurrent writer may have stored one since the refresh: then nothing was written.
         pending = self._pending
         for (oid, data, before, slot, _), (_, stored), is_new in zip(batch.items, objects, written):
             slot[0] = PutResult(oid, len(data), is_new, len(stored) if is_new else 0, before)
             pending.discard(oid)
+
+    def _envelopes_with_dictionary(self, batch: _Batch, frames: Sequence[Any]
+                                   ) -> list[tuple[ObjectId, bytes]]:
+        """`_write_batch`'s envelopes of a batch made with a dictionary: its frames are a pair,
+        (the others', the small objects') (see `_Batch.add`)."""
+        assert batch.dictionary is not None and self._dictionary is not None
+        dictionary_id = batch.dictionary[0]
+        plain, small = frames or ((), ())
+        objects = []
+        for oid, data, _, _, index in batch.items:
+            if index <= _SMALL:
+                stored = codec.dictionary_envelope(data, small[_SMALL - index], dictionary_id)
+                if stored[4] == codec.CODEC_DICT:
+                    self._dictionary.written(data, stored)
+            else:
+                stored = codec.envelope(data, plain[index] if index >= 0 else None)
+            objects.append((oid, stored))
+        return objects
 
     def _write_last_batch(self) -> None:
         self._batch.compress(self._level)  # no pool thread could start it sooner than this one
@@ -269,20 +297,26 @@ class PutPipeline:
 class _Batch:
     """New objects read by `put_files`, compressed together, then written in order."""
 
-    __slots__ = ("_frames", "_future", "inputs", "items", "size")
+    __slots__ = ("_frames", "_future", "dictionary", "inputs", "items", "size", "small")
 
-    def __init__(self) -> None:
-        # oid, content, stat before reading, result slot, index in `inputs` (-1: stored raw)
+    def __init__(self, dictionary: codec.Dictionary | None = None) -> None:
+        # oid, content, stat before reading, result slot, index in `inputs` (-1: stored raw;
+        # with a dictionary, `_SMALL - i` for `small[i]`)
         self.items: list[tuple[ObjectId, bytes, FileState, list[Any], int]] = []
         self.inputs: list[bytes] = []  # the contents to compress
+        self.dictionary = dictionary  # small contents are compressed with it
+        self.small: list[bytes] = []  # the contents to compress with `dictionary`
         self.size = 0
-        self._future: Future[Sequence[Any]] | None = None
-        self._frames: Sequence[Any] = ()  # compressed by `compress`, in the calling thread
+        self._future: Future[Any] | None = None
+        self._frames: Any = ()  # compressed by `compress`, in the calling thread
 
     def add(self, oid: ObjectId, data: bytes, before: FileState, slot: list[Any],
             compress: bool) -> None:
         index = -1
-        if compress:
+        if compress and self.dictionary is not None and len(data) <= SMALL_BOUND:
+            index = _SMALL - len(self.small)
+            self.small.append(data)
+        elif compress:
             index = len(self.inputs)
             self.inputs.append(data)
         self.items.append((oid, data, before, slot, index))
@@ -291,12 +325,17 @@ class _Batch:
     def submit(self, pool: ThreadPoolExecutor | None, level: int) -> None:
         """Compress on one of `pool`'s threads, one native zstd thread (batches run side by
         side, see `PutPipeline._new_pool`)."""
-        if self.inputs and pool is not None:
+        if self.dictionary is not None and pool is not None:
+            self._future = pool.submit(_compress_pair, self.inputs, self.small, level,
+                                       self.dictionary)
+        elif self.inputs and pool is not None:
             self._future = pool.submit(codec.compress_batch, self.inputs, level, 1)
 
     def compress(self, level: int) -> None:
         """Compress here, in the calling thread."""
-        if self.inputs and level > 0:
+        if self.dictionary is not None and level > 0:
+            self._frames = _compress_pair(self.inputs, self.small, level, self.dictionary)
+        elif self.inputs and level > 0:
             self._frames = codec.compress_batch(self.inputs, level, 1)
 
     def take_back(self, level: int) -> bool:
@@ -310,8 +349,21 @@ class _Batch:
     def done(self) -> bool:
         return self._future is None or self._future.done()
 
-    def frames(self) -> Sequence[Any]:
+    def frames(self) -> Any:
+        """The frames (with a dictionary: the pair of `_compress_pair`)."""
         return self._future.result() if self._future is not None else self._frames
+
+
+_SMALL = -2  # `_Batch.items` index of its first small content (then -3, -4, ...)
+
+
+def _compress_pair(inputs: list[bytes], small: list[bytes], level: int,
+                   dictionary: codec.Dictionary) -> tuple[Sequence[Any], Sequence[Any]]:
+    """A dictionary batch's frames: (`inputs`' plain, `small`'s with `dictionary`)."""
+    plain: Sequence[Any] = codec.compress_batch(inputs, level, 1) if inputs else ()
+    frames: Sequence[Any] = (codec.compress_batch_with_dictionary(small, level, dictionary)
+                             if small else ())
+    return plain, frames
 
 
 class _LargeFile:

@@ -19,6 +19,7 @@ from typing import BinaryIO, Literal, Protocol
 from ckpt.objstore import codec
 from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.backend import Backend, BulkBackend, FsyncPolicy, LocatedBackend, Repairable
+from ckpt.objstore.dictionary import SMALL_BOUND, Dictionaries, PutDictionary, Trained, train
 from ckpt.objstore.errors import (
     ContentChanged,
     CorruptObject,
@@ -61,6 +62,8 @@ class StoreOptions:
     # For a new store (`init`): bulk writes go to pack files ("packed") or one file per object.
     # An existing store keeps its layout: `objects/packs/` exists exactly in packed stores.
     layout: Literal["loose", "packed"] = "packed"
+    # Small objects are compressed with a zstd dictionary trained from the store's content.
+    dictionaries: bool = True
 
 
 class FileState(Protocol):
@@ -100,6 +103,7 @@ class ObjectStore:
         self._checked: set[ObjectId] = set()  # present ids whose stored copy was checked
         self.format_version = FORMAT_VERSION  # an in-memory store: whatever this version writes
         self._format_path: str | None = None
+        self._dictionaries = Dictionaries(None, enabled=options.dictionaries)
 
     # -- opening -----------------------------------------------------------------------
 
@@ -134,6 +138,7 @@ class ObjectStore:
         store = cls(backend, options)
         store.format_version = version
         store._format_path = os.path.join(path, FORMAT_FILE)
+        store._dictionaries = Dictionaries(path, enabled=options.dictionaries)
         return store
 
     def ensure_format(self, version: int) -> None:
@@ -151,6 +156,7 @@ class ObjectStore:
 
     def sync(self) -> None:
         self.backend.sync()
+        self._dictionaries.flush()
 
     # -- blobs -------------------------------------------------------------------------
 
@@ -160,7 +166,7 @@ class ObjectStore:
     def put_bytes(self, data: bytes) -> ObjectId:
         oid = hash_bytes(data)
         if not self._present(oid):
-            self.backend.put(oid, codec.encode_object(data, self.options.compression_level))
+            self.backend.put(oid, self._encode(data))
         return oid
 
     def _present(self, oid: ObjectId) -> bool:
@@ -197,7 +203,7 @@ class ObjectStore:
     def _put_new(self, oid: ObjectId, data: bytes | memoryview) -> tuple[bool, int]:
         if self._present(oid):
             return False, 0
-        stored = codec.encode_object(data, self.options.compression_level)
+        stored = self._encode(data)
         # A concurrent writer may have stored it since the refresh: then nothing was written.
         is_new = self._put_absent(oid, stored)
         return is_new, len(stored) if is_new else 0
@@ -250,7 +256,8 @@ class ObjectStore:
         pipeline = PutPipeline(
             refresh=self._present, put_absent_many=self._put_absent_many,
             put_large=self._put_large, compression_level=self.options.compression_level,
-            stream_threshold=self.options.stream_threshold, threads=threads)
+            stream_threshold=self.options.stream_threshold, threads=threads,
+            dictionary=self._put_dictionary())
         return pipeline.run(paths)
 
     def _put_absent_many(self, objects: Sequence[tuple[ObjectId, bytes]]) -> list[bool]:
@@ -319,7 +326,7 @@ class ObjectStore:
 
     def get_bytes(self, oid: ObjectId) -> bytes:
         """The verified content of `oid` (in memory: for trees and ordinary files)."""
-        return self._verified(oid, codec.decode_object(self.backend.get(oid), oid))
+        return self._verified(oid, codec.decode_object(self.backend.get(oid), oid, refs=self))
 
     @staticmethod
     def _verified(oid: ObjectId, data: bytes) -> bytes:
@@ -338,12 +345,12 @@ class ObjectStore:
             # half of a stream's descriptor, reader and decompression context.
             stored = self.backend.get(oid)
             if codec.read_header(stored, oid)[1] <= _WHOLE_READ_CONTENT:
-                data = self._verified(oid, codec.decode_object(stored, oid))
+                data = self._verified(oid, codec.decode_object(stored, oid, refs=self))
                 out.write(data)
                 return len(data)
         hasher = StreamHasher()
         with self.backend.open(oid) as stream:
-            for chunk in codec.iter_decode_object(stream, oid):
+            for chunk in codec.iter_decode_object(stream, oid, self):
                 hasher.update(chunk)
                 out.write(chunk)
         if hasher.digest() != oid:
@@ -354,7 +361,7 @@ class ObjectStore:
         """Read and verify `oid` without keeping it; returns its content size."""
         hasher = StreamHasher()
         with self.backend.open(oid) as stream:
-            for chunk in codec.iter_decode_object(stream, oid):
+            for chunk in codec.iter_decode_object(stream, oid, self):
                 hasher.update(chunk)
         if hasher.digest() != oid:
             raise CorruptObject(oid, "content does not match its id")
@@ -398,6 +405,72 @@ class ObjectStore:
 
     def forget_cached(self) -> None:
         self._trees.clear()
+        self._dictionaries.forget_loaded()  # read and verified again on next use
+
+    # -- dictionaries (objstore/dictionary.py) -------------------------------------------
+
+    @property
+    def current_dictionary(self) -> ObjectId | None:
+        """The dictionary new small objects are compressed with (None: none yet, or off)."""
+        current = self._dictionaries.book.current
+        return None if current is None or not self.options.dictionaries else current.oid
+
+    def dictionary(self, oid: ObjectId) -> codec.DictionaryData:
+        """Dictionary `oid` (`codec.RefResolver`), verified by its first read, then cached."""
+        return self._dictionaries.get(oid, self._dictionary_content)
+
+    def _dictionary_content(self, oid: ObjectId) -> bytes:
+        # Decoded without `refs`: a dictionary that names a dictionary (itself, a cycle) is
+        # corrupt, never a recursion.
+        return self._verified(oid, codec.decode_object(self.backend.get(oid), oid))
+
+    def base(self, oid: ObjectId) -> bytes:
+        """`codec.RefResolver`'s delta base: this store writes no deltas."""
+        raise CorruptObject(oid, "delta bases are not readable here")
+
+    def dictionary_ids(self) -> tuple[ObjectId, ...]:
+        """Every dictionary the store lists: gc keeps them all."""
+        return self._dictionaries.ids()
+
+    def dictionary_savings(self) -> int:
+        """Estimated bytes dictionaries saved over every put of this store (see
+        objstore/dictionary.py: from counters, not a read of the objects)."""
+        return self._dictionaries.counters().saved
+
+    def train_dictionary(self, samples: Sequence[bytes]) -> ObjectId:
+        """Train a dictionary on `samples`, store it and make it the one new small objects
+        use (put_files trains on its own: see objstore/dictionary.py)."""
+        return self._store_dictionary(train(samples, self.options.compression_level or 1))
+
+    def _store_dictionary(self, trained: Trained) -> ObjectId:
+        """Store a trained dictionary (plain) and list it as current; the store is raised to
+        format 2 first."""
+        self.ensure_format(2)
+        oid = hash_bytes(trained.data)
+        if not self._present(oid):
+            self._put_absent(oid, codec.encode_object(trained.data,
+                                                      self.options.compression_level))
+        self.backend.sync()  # the dictionary is durable before any object that names it
+        self._dictionaries.add(oid, trained.gain)
+        return oid
+
+    def _encode(self, data: bytes | memoryview) -> bytes:
+        """`data`'s envelope, with the current dictionary when it is small."""
+        level = self.options.compression_level
+        if level and len(data) <= SMALL_BOUND:
+            dictionary = self._dictionaries.current(self._dictionary_content)
+            if dictionary is not None:
+                stored = codec.encode_with_dictionary(data, level, dictionary)
+                if stored[4] == codec.CODEC_DICT:
+                    self._dictionaries.note(len(stored))
+                return stored
+        return codec.encode_object(data, level)
+
+    def _put_dictionary(self) -> PutDictionary | None:
+        if not self.options.dictionaries or not self.options.compression_level:
+            return None
+        return PutDictionary(self._dictionaries, level=self.options.compression_level,
+                             load=self._dictionary_content, store=self._store_dictionary)
 
 
 def _own_directories(path: str) -> tuple[str, ...]:

@@ -276,12 +276,14 @@ def stats(state: State, as_json: bool) -> None:
         write_json({"objects": s.objects, "stored_bytes": s.stored_bytes,
                     "logical_bytes": s.logical_bytes, "dedup_ratio": round(s.dedup_ratio, 3),
                     "checkpoints": s.checkpoints, "sessions": dict(s.sessions),
-                    "roots": dict(s.roots)})
+                    "roots": dict(s.roots), "saved_by_dictionaries": s.saved_by_dictionaries})
         return
     lines = [f"objects        {s.objects}",
              f"on disk        {format_size(s.stored_bytes)} ({s.stored_bytes} bytes)",
              f"logical        {format_size(s.logical_bytes)} ({s.logical_bytes} bytes)",
              f"dedup ratio    {s.dedup_ratio:.2f}x",
+             f"dictionaries   {format_size(s.saved_by_dictionaries)} saved "
+             f"({s.saved_by_dictionaries} bytes, estimated)",
              f"checkpoints    {s.checkpoints} (every root and session of the store)"]
     lines.extend(f"  session {name}  {count}" for name, count in s.sessions.items())
     lines.extend(f"  root {display_path(root)}  {count}" for root, count in s.roots.items())

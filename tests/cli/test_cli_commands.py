@@ -450,9 +450,10 @@ def test_stats(initialized: Path, ckpt_in: CkptIn) -> None:
     run = ckpt_in("stats")
     assert (run.code, run.stderr) == (0, "")
     lines = run.stdout.splitlines()
-    assert [line.split()[:2] for line in lines][5:] == [["session", "default"],
+    assert [line.split()[:2] for line in lines][6:] == [["session", "default"],
                                                        ["session", "s2"], ["root", str(initialized)]]
-    assert lines[4] == "checkpoints    2 (every root and session of the store)"
+    assert lines[4].startswith("dictionaries   ")
+    assert lines[5] == "checkpoints    2 (every root and session of the store)"
 
 
 def test_events(initialized: Path, ckpt_in: CkptIn) -> None:

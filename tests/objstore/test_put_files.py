@@ -222,7 +222,8 @@ def test_put_files_compresses_here_what_a_stalled_pool_has_not_started(
         return real(items, level, threads)
 
     monkeypatch.setattr(codec, "compress_batch", compress_batch)
-    store = ObjectStore.init(str(tmp_path / "store"))
+    # Without dictionaries: every batch goes through the patched `compress_batch`.
+    store = ObjectStore.init(str(tmp_path / "store"), StoreOptions(dictionaries=False))
     results = list(store.put_files(paths, threads=2))
     assert len(by_caller) >= 2  # a batch taken back from the pool, and the last one
     _assert_stored_in_order(store, results, blobs)
