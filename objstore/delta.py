@@ -30,7 +30,7 @@ from ckpt.objstore.safeopen import open_file
 MIN_DELTA_SIZE = 1 << 10
 # Default chain bound: restoring the deepest version of a 2 MiB text file costs under twice
 # restoring a full one (bench/storage.py measures it; see docs/DESIGN.md "Storage").
-DEFAULT_DELTA_CHAIN = 8
+DEFAULT_DELTA_CHAIN = 4
 # A delta is kept when its envelope is at most this fraction (1/2^n) of the plain one: each
 # read of it decodes its chain too.
 _PAYS_SHIFT = 1
@@ -76,22 +76,21 @@ def _depth(envelope: bytes) -> int:
 
 
 def decode_chain(chain: list[tuple[ObjectId, bytes]], refs: codec.RefResolver, *,
-                 verify_each: bool = False) -> list[bytes]:
-    """The contents of a `read_chain`, bottom first, the top one verified against its id.
-    `verify_each`: every one verified, so `CorruptObject` names the first that fails (a
-    damaged base as itself); a read first tries without (one hash whatever the depth), and
-    again with it only to name what failed."""
-    contents: list[bytes] = []
+                 verify_each: bool = False) -> bytes:
+    """The content at the top of a `read_chain`, verified against its id. `verify_each`:
+    every level verified, so `CorruptObject` names the first that fails (a damaged base as
+    itself); a read first goes without (one hash whatever the depth), and again with it only
+    to name what failed. Only the level below is kept while the next is decoded."""
+    content = b""
     top = len(chain) - 1
     for at, (oid, envelope) in enumerate(reversed(chain)):
-        resolver: codec.RefResolver = refs if not contents else _Known(contents[-1], refs)
-        data = codec.decode_object(envelope, oid, refs=resolver)
-        if (verify_each or at == top) and hash_bytes(data) != oid:
+        resolver: codec.RefResolver = refs if not at else _Known(content, refs)
+        content = codec.decode_object(envelope, oid, refs=resolver)
+        if (verify_each or at == top) and hash_bytes(content) != oid:
             if not verify_each and top:
                 decode_chain(chain, refs, verify_each=True)  # raises for the first bad one
             raise CorruptObject(oid, "content does not match its id")
-        contents.append(data)
-    return contents
+    return content
 
 
 class _Known:
@@ -113,7 +112,7 @@ class _Known:
 def read_base(backend: Backend, oid: ObjectId, refs: codec.RefResolver) -> bytes:
     """The verified content of `oid`, a delta's base, read down its chain without recursion
     (a chain is bounded by its depth bytes, never by Python's stack)."""
-    return decode_chain(read_chain(backend, oid), refs)[-1]
+    return decode_chain(read_chain(backend, oid), refs)
 
 
 class DeltaEncoder:
@@ -167,12 +166,12 @@ class DeltaEncoder:
                 return None
             if len(chain) - 1 >= self._options.chain:
                 del chain[:-1]  # only the full object
-            contents = decode_chain(chain, self._refs)
+            content = decode_chain(chain, self._refs)
         except ObjstoreError:
             return None  # a damaged hint is no base; fsck and reads report it
-        if len(contents[-1]) > self._options.max_size:
+        if len(content) > self._options.max_size:
             return None
-        return _Base(chain[0][0], contents[-1], len(chain) - 1,
+        return _Base(chain[0][0], content, len(chain) - 1,
                      tuple(member for member, _ in chain))
 
 
