@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ckpt.objstore import codec
@@ -236,16 +237,34 @@ class DeltaLedger:
                          mode=0o666)
 
 
+HeadReader = Callable[[ObjectId], bytes]
+
+
+def head_reader(backend: Backend) -> HeadReader:
+    """A reader of the first `codec.REFS_PREFIX` bytes of a stored envelope (or all of a
+    shorter one): one short read where the backend can (`HeadReading`). Asked once per walk:
+    a protocol check costs more than the read."""
+    if isinstance(backend, HeadReading):
+        return partial(backend.get_head, size=codec.REFS_PREFIX)
+
+    def read(oid: ObjectId) -> bytes:
+        with backend.open(oid) as stream:
+            return stream.read(codec.REFS_PREFIX)
+
+    return read
+
+
 def envelope_closure(backend: Backend, kept: Iterable[ObjectId]) -> set[ObjectId]:
     """The ids the envelopes of `kept` name (delta bases, dictionaries), and theirs in turn,
     that are not in `kept`: what gc must keep besides. One short read per object."""
+    read = head_reader(backend)
     kept_set = set(kept)
     extra: set[ObjectId] = set()
     pending = list(kept_set)
     while pending:
         oid = pending.pop()
         try:
-            refs = codec.envelope_refs(read_head(backend, oid), oid)
+            refs = codec.envelope_refs(read(oid), oid)
         except ObjectNotFound:
             continue
         for ref in refs:
@@ -255,22 +274,15 @@ def envelope_closure(backend: Backend, kept: Iterable[ObjectId]) -> set[ObjectId
     return extra
 
 
-def read_head(backend: Backend, oid: ObjectId) -> bytes:
-    """The first `codec.REFS_PREFIX` bytes of a stored envelope (or all of a shorter one)."""
-    if isinstance(backend, HeadReading):
-        return backend.get_head(oid, codec.REFS_PREFIX)
-    with backend.open(oid) as stream:
-        return stream.read(codec.REFS_PREFIX)
-
-
-def missing_ref(backend: Backend, oid: ObjectId) -> str | None:
+def missing_ref(backend: Backend, oid: ObjectId, read: HeadReader) -> str | None:
     """Why `oid` cannot be read for want of an object its envelope names (down its chain:
-    one short read each), or None: fsck's structural check of a present object."""
+    one short read each, by `read` from `head_reader`), or None: fsck's structural check of
+    a present object."""
     seen = 0
     here = oid
     while seen <= codec.MAX_DELTA_DEPTH:
         try:
-            refs = codec.envelope_refs(read_head(backend, here), here)
+            refs = codec.envelope_refs(read(here), here)
         except ObjectNotFound:
             return None  # removed since it was found: the caller's own check
         except CorruptObject as exc:
