@@ -150,9 +150,10 @@ class DeltaEncoder:
         if len(stored) > len(plain) >> _PAYS_SHIFT:
             return plain
         # A racing gc keeps what was refreshed within its grace period: the chain this delta
-        # needs stays until the delta is reachable (and gc follows it from there).
-        for member in base.chain:
-            self._backend.refresh(member)
+        # needs stays until the delta is reachable (and gc follows it from there). A member
+        # gone since it was read is no base.
+        if not all(self._backend.refresh(member) for member in base.chain):
+            return plain
         self._raise_format()
         self.ledger.record(oid, len(plain) - len(stored))
         return stored
