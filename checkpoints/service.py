@@ -94,7 +94,8 @@ class Checkpoints(RemoteCalls):
         config = read_config(store_dir)
         objects = ObjectStore.open(store_dir, StoreOptions(
             compression_level=config.compression_level, fsync=config.fsync,  # type: ignore[arg-type]
-            dictionaries=config.dictionaries))
+            dictionaries=config.dictionaries, deltas=config.deltas,
+            delta_chain=config.delta_chain))
         catalog = Catalog.open(os.path.join(store_dir, "catalog.db"), fsync=config.fsync)  # type: ignore[arg-type]
         try:
             self.binding = self._bind(root, store_dir, session, config, catalog, clock)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ckpt.objstore.backend import RecordChecking
+from ckpt.objstore.delta import head_reader, missing_ref
 from ckpt.objstore.errors import CorruptObject, ObjectNotFound
 from ckpt.objstore.ids import ObjectId
 from ckpt.objstore.store import ObjectStore
@@ -57,8 +58,12 @@ def check_store(store: ObjectStore, roots: Iterable[ObjectId], *, full: bool = F
         verdicts[oid] = verdict
         return verdict
 
+    read_head = head_reader(store.backend)
+
     def present(oid: ObjectId) -> str | None:
-        return None if store.has(oid) else "missing"
+        if not store.has(oid):
+            return "missing"
+        return missing_ref(store.backend, oid, read_head)  # a delta's base, a dictionary
 
     # The tree cache holds trees as they were written or last read, not as they are on disk
     # now: drop it so every tree the walk visits is read back and verified.
