@@ -21,6 +21,8 @@ from typing import Any
 
 from ckpt.checkpoints.errors import ConfigError
 from ckpt.objstore.atomicfile import write_atomically
+from ckpt.objstore.codec import MAX_DELTA_DEPTH
+from ckpt.objstore.delta import DEFAULT_DELTA_CHAIN
 
 CONFIG_FILE = "config.toml"
 FSYNC_MODES = ("none", "batch", "full")
@@ -104,6 +106,10 @@ class StoreConfig:
     server: str = "auto"  # "auto"/"on": a resident server started on demand; "off": never
     server_idle: float = 600.0  # seconds without a request before the server exits; 0 = never
     server_verify: float = 3600.0  # seconds between the idle server's verification walks; 0 = never
+    # A changed file may be stored as a delta on its previous version (objstore/delta.py), in
+    # chains at most `delta_chain` deep (0: none); both as the store is opened.
+    deltas: bool = True
+    delta_chain: int = DEFAULT_DELTA_CHAIN
 
     def __post_init__(self) -> None:
         for name, (check, _) in _FIELDS.items():
@@ -281,5 +287,7 @@ _FIELDS: dict[str, tuple[Callable[[object], object], Callable[[str], Any]]] = {
     "server": (_check_choice(SERVER_MODES), lambda text: text.strip().lower()),
     "server_idle": (_check_seconds, _parse_number(float, "a number of seconds")),
     "server_verify": (_check_seconds, _parse_number(float, "a number of seconds")),
+    "deltas": (_check_bool, _parse_bool),
+    "delta_chain": (_check_int(0, MAX_DELTA_DEPTH), _INT),
 }
 assert set(_FIELDS) == set(CONFIG_KEYS), "every setting needs a check and a parser"

@@ -186,6 +186,14 @@ class _Job:
     fs_path: bytes
     node: _Dir
     index: int
+    hint: ObjectId | None = None  # the file's previous blob: what it may be a delta against
+
+
+def _hint(row: FileRow | None) -> ObjectId | None:
+    """The blob a file had when `row` was made (its delta hint), if it was a file then."""
+    if row is None or row.ref is None or (row.kind != _FILE and row.kind != _EXEC):
+        return None
+    return ObjectId(row.ref)
 
 
 def _show(key: bytes) -> str:
@@ -212,6 +220,7 @@ class _Scanner:
         # Asked once per scan, so that a scan with debug logs off pays one test per decision.
         self.log = logger if logger.isEnabledFor(logging.DEBUG) else None
         self.jobs: list[_Job] = []
+        self.hinted = False  # a job has a hint (never on a first snapshot: no cache)
         self.skipped: list[SkippedPath] = []
         self.new_objects = 0
         self.new_bytes = 0
@@ -502,12 +511,13 @@ class _Scanner:
                 continue
             if log is not None:
                 _explain_miss(log, prefix + name, row, entry)
-            self._add_leaf(node, name, prefix + name, base + name, entry)
+            self._add_leaf(node, name, prefix + name, base + name, entry,
+                           hint=None if row is None else _hint(row))
         return hits
 
     def _add_leaf(
         self, node: _Dir, name: bytes, key: bytes, fs_path: bytes,
-        st: StatLike, cached: FileRow | None = None,
+        st: StatLike, cached: FileRow | None = None, hint: ObjectId | None = None,
     ) -> None:
         mode = st.st_mode
         if statmod.S_ISREG(mode):
@@ -535,7 +545,9 @@ class _Scanner:
                 return
             node.rows.append(make_row(name, kind, st, target, self.start_ns))
             return
-        self.jobs.append(_Job(key, fs_path, node, len(node.rows)))
+        self.jobs.append(_Job(key, fs_path, node, len(node.rows), hint))
+        if hint is not None:
+            self.hinted = True
         node.rows.append(make_row(name, kind, st, b"", self.start_ns))
 
     def _trusted_row(self, row: FileRow) -> bool:
@@ -553,7 +565,9 @@ class _Scanner:
         # core but the one this thread keeps busy): a Python thread per file would pay a GIL
         # hand-off per syscall and hold a Future per job.
         paths = (job.fs_path for job in jobs)
-        results = self.store.put_files(paths, threads=self.options.threads)
+        # A changed file's previous blob is its delta hint (objstore/delta.py decides).
+        bases = (job.hint for job in jobs) if self.hinted else None
+        results = self.store.put_files(paths, threads=self.options.threads, bases=bases)
         progress = self.progress
         for done, (job, result) in enumerate(zip(jobs, results), 1):
             if isinstance(result, ContentChanged):
@@ -567,7 +581,7 @@ class _Scanner:
     def _hash_one(self, job: _Job) -> None:
         for _ in range(_CHANGED_RETRIES):
             try:
-                result: PutResult | OSError = self.store.put_file(job.fs_path)
+                result: PutResult | OSError = self.store.put_file(job.fs_path, base=job.hint)
             except ContentChanged:
                 continue
             except OSError as exc:
@@ -933,7 +947,7 @@ def scan_paths(
             if cached_dir is not None:
                 cached_row = next((r for r in cached_dir.rows if r.name == name), None)
             added = len(node.rows)
-            scanner._add_leaf(node, name, path, fs_path, st, cached_row)
+            scanner._add_leaf(node, name, path, fs_path, st, cached_row, _hint(cached_row))
             if len(node.rows) > added:
                 leaves.append((node, added))
     hashed = scanner.hash_all()  # before any sort: a job knows its row by index

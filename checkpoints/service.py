@@ -92,7 +92,8 @@ class Checkpoints:
                  rng: random.Random | None = None, watch: bool = False) -> None:
         config = read_config(store_dir)
         objects = ObjectStore.open(store_dir, StoreOptions(
-            compression_level=config.compression_level, fsync=config.fsync))  # type: ignore[arg-type]
+            compression_level=config.compression_level, fsync=config.fsync,  # type: ignore[arg-type]
+            deltas=config.deltas, delta_chain=config.delta_chain))
         catalog = Catalog.open(os.path.join(store_dir, "catalog.db"), fsync=config.fsync)  # type: ignore[arg-type]
         try:
             self.binding = self._bind(root, store_dir, session, config, catalog, clock)

@@ -117,6 +117,16 @@ class RecordChecking(Protocol):
 
 
 @runtime_checkable
+class HeadReading(Protocol):
+    """Optional capability: the first bytes of a stored copy without reading it all (gc
+    reads the envelope header of every object it keeps, for the ids it names)."""
+
+    def get_head(self, oid: ObjectId, size: int) -> bytes:
+        """Up to `size` first stored bytes; `ObjectNotFound` if absent."""
+        ...
+
+
+@runtime_checkable
 class Repairable(Protocol):
     """Optional capability: a put that finds its id present asks whether the stored copy is
     intact before trusting it, and replaces a damaged one (its good bytes are at hand)."""

@@ -30,12 +30,12 @@ from __future__ import annotations
 import struct
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import msgpack
 import zstandard
 
-from ckpt.objstore.errors import CorruptObject, InvalidTree, ObjstoreError
+from ckpt.objstore.errors import CorruptObject, InvalidTree, ObjectNotFound, ObjstoreError
 from ckpt.objstore.ids import OID_SIZE, ObjectId
 from ckpt.objstore.objects import EntryKind, Tree, TreeEntry, make_entry
 
@@ -54,6 +54,13 @@ MAX_INMEMORY_SIZE = 1 << 30
 CHUNK_SIZE = 1 << 20
 # Compression must save at least 1/32 of the bytes to be worth a decompression on every read.
 _MIN_SAVING_SHIFT = 5
+
+# A delta's base is at most this deep: the depth byte is a u8, and a chain stays far shorter.
+MAX_DELTA_DEPTH = 255
+# zstd files a raw-content dictionary's positions into hash tables sized for the content to
+# compress; a base of 2^n bytes needs tables of about 2^(n-2) entries to find its matches (below
+# that, a small edit to a 2 MiB file compresses no better than without the base).
+_DELTA_HASH_SHIFT = 2
 
 _local = threading.local()
 Frame = Any  # bytes-like: bytes or a zstandard BufferSegment (a slice of a batch's buffer)
@@ -183,6 +190,60 @@ def envelope_refs(stored: bytes | memoryview, oid: ObjectId | None = None
     return ()
 
 
+def delta_header(stored: bytes | memoryview, oid: ObjectId | None = None
+                 ) -> tuple[ObjectId, int]:
+    """(base id, depth) of a codec 3 envelope, from at least its first `REFS_PREFIX` bytes."""
+    if len(stored) < REFS_PREFIX:
+        raise CorruptObject(oid, "truncated delta envelope")
+    depth = stored[REFS_PREFIX - 1]
+    if not 1 <= depth <= MAX_DELTA_DEPTH:
+        raise CorruptObject(oid, f"delta depth {depth} out of range")
+    return ObjectId(bytes(stored[HEADER_SIZE:HEADER_SIZE + OID_SIZE])), depth
+
+
+def delta_frame(base: bytes, data: bytes | memoryview, level: int) -> bytes:
+    """One zstd frame of `data` with `base` as its raw-content dictionary (zstd's
+    patch-from): the window spans both, so any part of the base is in reach."""
+    window = max(10, (len(base) + len(data)).bit_length())
+    params = zstandard.ZstdCompressionParameters.from_level(
+        max(1, level), source_size=len(data), dict_size=len(base))
+    tables = max(params.hash_log, (max(1, len(base)) - 1).bit_length() - _DELTA_HASH_SHIFT)
+    params = zstandard.ZstdCompressionParameters.from_level(
+        max(1, level), source_size=len(data), dict_size=len(base), window_log=window,
+        hash_log=tables, chain_log=tables, write_content_size=True)
+    compressor = zstandard.ZstdCompressor(
+        dict_data=zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT),
+        compression_params=params)
+    return compressor.compress(data)
+
+
+def delta_envelope(length: int, base: ObjectId, depth: int, frame: bytes) -> bytes:
+    """The stored bytes of a delta: content of `length` bytes, `frame` made on `base`'s
+    content by `delta_frame`, `depth` objects deep (1: the base is no delta)."""
+    if not 1 <= depth <= MAX_DELTA_DEPTH:
+        raise ObjstoreError(f"delta depth {depth} out of range")
+    return _HEADER.pack(MAGIC, FORMAT, CODEC_DELTA, length) + base + bytes((depth,)) + frame
+
+
+def undelta(base: bytes, frame: bytes | memoryview, length: int, oid: ObjectId | None) -> bytes:
+    """The content of a delta frame made on `base`, `length` bytes (checked, not hashed)."""
+    try:
+        framed = zstandard.frame_content_size(frame)
+        if framed != length:
+            raise CorruptObject(oid, f"zstd frame declares {framed} bytes, header {length}")
+        window = max(10, (len(base) + length).bit_length())
+        decompressor = zstandard.ZstdDecompressor(
+            dict_data=zstandard.ZstdCompressionDict(
+                base, dict_type=zstandard.DICT_TYPE_RAWCONTENT),
+            max_window_size=1 << window)
+        data: bytes = decompressor.decompress(frame, max_output_size=length)
+    except zstandard.ZstdError as exc:
+        raise CorruptObject(oid, f"zstd: {exc}") from None
+    if len(data) != length:
+        raise CorruptObject(oid, f"content is {len(data)} bytes, header says {length}")
+    return data
+
+
 def read_header(stored: bytes | memoryview, oid: ObjectId | None) -> tuple[int, int]:
     """Return (codec, declared length) of an envelope, or raise CorruptObject."""
     if len(stored) < HEADER_SIZE:
@@ -192,21 +253,43 @@ def read_header(stored: bytes | memoryview, oid: ObjectId | None) -> tuple[int, 
         raise CorruptObject(oid, "bad magic")
     if version != FORMAT:
         raise CorruptObject(oid, f"unknown object format {version}")
-    if codec not in (CODEC_RAW, CODEC_ZSTD):
+    if codec not in (CODEC_RAW, CODEC_ZSTD, CODEC_DELTA):
         raise CorruptObject(oid, f"unknown codec {codec}")
     return codec, length
 
 
+class RefResolver(Protocol):
+    """What decoding an envelope that names another object needs of the store (ObjectStore
+    implements it): a dictionary (codec 2) or a delta's base content (codec 3), verified."""
+
+    def dictionary(self, oid: ObjectId) -> zstandard.ZstdCompressionDict: ...
+    def base(self, oid: ObjectId) -> bytes: ...
+
+
 def decode_object(
-    stored: bytes, oid: ObjectId | None = None, *, max_size: int = MAX_INMEMORY_SIZE
+    stored: bytes, oid: ObjectId | None = None, *, max_size: int = MAX_INMEMORY_SIZE,
+    refs: RefResolver | None = None,
 ) -> bytes:
-    """The content inside an envelope (not yet hash-verified: the store does that)."""
+    """The content inside an envelope (not yet hash-verified: the store does that). An
+    envelope that names a dictionary or a base gets it from `refs`."""
     codec, length = read_header(stored, oid)
     if length > max_size:
         raise CorruptObject(oid, f"declared size {length} exceeds the in-memory limit {max_size}")
     body = memoryview(stored)[HEADER_SIZE:]
     if codec == CODEC_RAW:
         data = bytes(body)
+    elif codec == CODEC_DELTA:
+        base_id, _depth = delta_header(stored, oid)
+        if refs is None:
+            raise CorruptObject(oid, "a delta needs its base to be decoded")
+        try:
+            base = refs.base(base_id)
+        except ObjectNotFound:
+            raise CorruptObject(oid, f"its delta base {base_id.hex()} is missing") from None
+        except CorruptObject as exc:
+            raise CorruptObject(oid, f"its delta base {base_id.hex()} is damaged "
+                                     f"({exc})") from None
+        data = undelta(base, body[OID_SIZE + 1:], length, oid)
     else:
         try:
             # zstd sizes its output buffer from the frame header, not from max_output_size:
@@ -223,10 +306,15 @@ def decode_object(
     return data
 
 
-def iter_decode_object(stream: BinaryIO, oid: ObjectId | None) -> Iterator[bytes]:
-    """Stream the content of an envelope read from `stream`, bounded by the declared length."""
+def iter_decode_object(stream: BinaryIO, oid: ObjectId | None, *,
+                       refs: RefResolver | None = None) -> Iterator[bytes]:
+    """Stream the content of an envelope read from `stream`, bounded by the declared length.
+    A delta (never larger than what fits in memory) is decoded whole, with `refs`."""
     header = stream.read(HEADER_SIZE)
     codec, length = read_header(header, oid)
+    if codec == CODEC_DELTA:
+        yield decode_object(header + stream.read(), oid, refs=refs)
+        return
     source: Any = stream
     if codec == CODEC_ZSTD:
         # A stream reader uses its decompressor's context for its whole life: sharing the
@@ -329,11 +417,16 @@ def unpack_data(data: bytes | memoryview, *, what: str = "data") -> Any:
 __all__ = [
     "CHUNK_SIZE",
     "HEADER_SIZE",
+    "MAX_DELTA_DEPTH",
     "ObjstoreError",
+    "RefResolver",
     "compress_batch",
     "compress_each",
     "decode_object",
     "decode_tree",
+    "delta_envelope",
+    "delta_frame",
+    "delta_header",
     "encode_object",
     "encode_tree",
     "envelope",
@@ -342,5 +435,6 @@ __all__ = [
     "needs_compression",
     "pack_data",
     "read_header",
+    "undelta",
     "unpack_data",
 ]

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ckpt.objstore.backend import RecordChecking
+from ckpt.objstore.delta import missing_ref
 from ckpt.objstore.errors import CorruptObject, ObjectNotFound
 from ckpt.objstore.ids import ObjectId
 from ckpt.objstore.store import ObjectStore
@@ -45,7 +46,9 @@ def check_store(store: ObjectStore, roots: Iterable[ObjectId], *, full: bool = F
         return verdict
 
     def present(oid: ObjectId) -> str | None:
-        return None if store.has(oid) else "missing"
+        if not store.has(oid):
+            return "missing"
+        return missing_ref(store.backend, oid)  # a delta's base (chain), a dictionary
 
     # The tree cache holds trees as they were written or last read, not as they are on disk
     # now: drop it so every tree the walk visits is read back and verified.

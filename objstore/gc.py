@@ -1,5 +1,10 @@
 """Garbage collection: mark from the given root trees, sweep the rest past a grace period.
 
+What an object kept needs to be read (a delta's base chain, named in its envelope) is kept
+with it: marked from the live objects, and from the young ones too (a snapshot in progress may
+have just written a delta on an old, unreachable base; it refreshes that chain, and this keeps
+it whatever the timing).
+
 The grace period is what makes GC safe beside writers that need no lock: an object written or
 refreshed (re-put) within it is kept, so a snapshot in progress never loses what it just wrote.
 Which roots are live is the caller's business (the catalog's records); this module only marks
@@ -13,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ckpt.objstore.backend import Compactable
+from ckpt.objstore.delta import envelope_closure
 from ckpt.objstore.errors import CorruptObject, ObjectNotFound
 from ckpt.objstore.ids import ObjectId
 from ckpt.objstore.store import ObjectStore
@@ -54,9 +60,12 @@ def collect_garbage(
 ) -> GcReport:
     live = find_reachable(store, roots)
     backend = store.backend
+    live |= envelope_closure(backend, live)
     cutoff = now - grace_seconds
     removed = freed = young = 0
     swept: list[tuple[ObjectId, int]] = []
+    old: list[tuple[ObjectId, int]] = []
+    young_ids: list[ObjectId] = []
     for oid in backend.iter_ids():
         if oid in live:
             continue
@@ -66,8 +75,15 @@ def collect_garbage(
             continue  # removed concurrently
         if info.mtime >= cutoff:
             young += 1
+            young_ids.append(oid)
             continue
-        size = info.size if dry_run else backend.delete(oid)
+        old.append((oid, info.size))
+    needed = envelope_closure(backend, young_ids)  # what a young delta's chain needs stays
+    for oid, stored_size in old:
+        if oid in needed:
+            young += 1
+            continue
+        size = stored_size if dry_run else backend.delete(oid)
         swept.append((oid, size))
         removed += 1
         freed += size
@@ -85,4 +101,5 @@ def collect_garbage(
             freed -= sum(size for _, size in kept)
     if removed and not dry_run:
         store.forget_cached()
+        store.forget_gone_deltas()
     return GcReport(removed, freed, len(live), young, temporaries, dry_run, error)

@@ -284,6 +284,17 @@ class PackedBackend:
     def open(self, oid: ObjectId) -> BinaryIO:
         return self._fetch(oid, self._open_slice, self._loose.open)
 
+    def get_head(self, oid: ObjectId, size: int) -> bytes:
+        """`HeadReading`: one short read of a packed copy."""
+        def packed(name: str, slot: int, offset: int, length: int) -> bytes:
+            return self._read(name, slot, offset, min(size, length))
+
+        def loose(oid: ObjectId) -> bytes:
+            with self._loose.open(oid) as stream:
+                return stream.read(size)
+
+        return self._fetch(oid, packed, loose)
+
     def stat(self, oid: ObjectId) -> ObjectStat:
         for attempt in range(2):
             found = self._on_disk(oid, touch=False)

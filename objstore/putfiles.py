@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
+from itertools import repeat
 from typing import Any
 
 from ckpt.objstore import codec
@@ -66,6 +67,8 @@ _MIN_COMPRESSED = 64
 Outcome = PutResult | OSError | ContentChanged
 PutLarge = Callable[..., PutResult]  # ObjectStore._put_large(fd, path, stat, parallel=False)
 PutAbsentMany = Callable[[Sequence[tuple[ObjectId, bytes]]], list[bool]]
+# ObjectStore._deltas.encode(oid, content, hint, plain envelope) -> the envelope to store
+EncodeDelta = Callable[[ObjectId, bytes, ObjectId | None, bytes], bytes]
 
 
 class PutPipeline:
@@ -77,14 +80,15 @@ class PutPipeline:
     (stream one large file).
     """
 
-    __slots__ = ("_batch", "_inflight", "_keep", "_large_new", "_level", "_pending", "_pool",
-                 "_put_absent_many", "_put_large", "_refresh", "_slots", "_threshold",
-                 "_workers")
+    __slots__ = ("_batch", "_encode_delta", "_inflight", "_keep", "_large_new", "_level",
+                 "_pending", "_pool", "_put_absent_many", "_put_large", "_refresh", "_slots",
+                 "_threshold", "_workers")
 
     def __init__(self, *, refresh: Callable[[ObjectId], bool], put_absent_many: PutAbsentMany,
                  put_large: PutLarge, compression_level: int, stream_threshold: int,
-                 threads: int) -> None:
+                 threads: int, encode_delta: EncodeDelta | None = None) -> None:
         self._refresh = refresh
+        self._encode_delta = encode_delta
         self._put_absent_many = put_absent_many
         self._put_large = put_large
         self._level = compression_level
@@ -102,19 +106,22 @@ class PutPipeline:
         self._pending: set[ObjectId] = set()  # read here, not written yet: a copy is not new
         self._batch = _Batch()
 
-    def run(self, paths: Iterable[str | bytes]) -> Iterator[Outcome]:
-        """Each path's outcome, in order, as soon as it and those before it are known."""
+    def run(self, paths: Iterable[str | bytes],
+            bases: Iterable[ObjectId | None] | None = None) -> Iterator[Outcome]:
+        """Each path's outcome, in order, as soon as it and those before it are known.
+        `bases`: a delta hint per path (see `ObjectStore.put_files`)."""
         # The per-file cost of a first snapshot is this loop: it makes one or two calls per
         # file and allocates nothing per file beyond the result and its slot.
         slots = self._slots
+        hints = repeat(None) if bases is None else iter(bases)
         try:
-            for path, read in self._read_ahead(paths):
+            for (path, read), hint in zip(self._read_ahead(paths), hints):
                 if read is None:
                     read = self._read_here(path)
                     if type(read) is _LargeFile:
                         self._stream_on_pool(read)
                         read = None
-                result = self._dedupe(*read) if type(read) is tuple else read
+                result = self._dedupe(read[0], read[1], hint) if type(read) is tuple else read
                 if result is not None:
                     if not slots:
                         yield result
@@ -162,23 +169,26 @@ class PutPipeline:
 
     # -- dedupe ----------------------------------------------------------------------------
 
-    def _dedupe(self, data: bytes, before: FileState) -> PutResult | None:
+    def _dedupe(self, data: bytes, before: FileState, hint: ObjectId | None) -> PutResult | None:
         """The result of content already stored (or read earlier in this call); else None,
         and the content joins the batch."""
         oid = hash_bytes(data, parallel=False)  # the other cores are compressing
         if oid in self._pending or self._refresh(oid):
             return PutResult(oid, len(data), False, 0, before)
-        self._add_to_batch(oid, data, before)
+        self._add_to_batch(oid, data, before, hint)
         return None
 
     # -- batch -----------------------------------------------------------------------------
 
-    def _add_to_batch(self, oid: ObjectId, data: bytes, before: FileState) -> None:
+    def _add_to_batch(self, oid: ObjectId, data: bytes, before: FileState,
+                      hint: ObjectId | None) -> None:
         self._pending.add(oid)
         slot: list[Any] = [None]
         self._slots.append(slot)
         batch = self._batch
         batch.add(oid, data, before, slot, self._level > 0 and len(data) > _MIN_COMPRESSED)
+        if hint is not None and self._encode_delta is not None:
+            batch.hints[oid] = hint
         if batch.size >= _BATCH_BYTES or len(batch.items) >= _BATCH_ITEMS:
             self._send_batch()
 
@@ -244,12 +254,25 @@ class PutPipeline:
             (oid, envelope(data, frames[index] if index >= 0 else None))
             for oid, data, _, _, index in batch.items
         ]
+        if batch.hints:
+            self._choose_deltas(batch, objects)
         written = self._put_absent_many(objects)
         # A concurrent writer may have stored one since the refresh: then nothing was written.
         pending = self._pending
         for (oid, data, before, slot, _), (_, stored), is_new in zip(batch.items, objects, written):
             slot[0] = PutResult(oid, len(data), is_new, len(stored) if is_new else 0, before)
             pending.discard(oid)
+
+    def _choose_deltas(self, batch: _Batch, objects: list[tuple[ObjectId, bytes]]) -> None:
+        """Each object of `batch` with a hint as a delta where it pays (objstore/delta.py);
+        here, in this thread: a turn's few changed files, each against its chain."""
+        encode = self._encode_delta
+        assert encode is not None  # hints are only kept with it
+        hints = batch.hints
+        for at, (oid, data, _, _, _) in enumerate(batch.items):
+            hint = hints.get(oid)
+            if hint is not None:
+                objects[at] = (oid, encode(oid, data, hint, objects[at][1]))
 
     def _write_last_batch(self) -> None:
         self._batch.compress(self._level)  # no pool thread could start it sooner than this one
@@ -269,12 +292,13 @@ class PutPipeline:
 class _Batch:
     """New objects read by `put_files`, compressed together, then written in order."""
 
-    __slots__ = ("_frames", "_future", "inputs", "items", "size")
+    __slots__ = ("_frames", "_future", "hints", "inputs", "items", "size")
 
     def __init__(self) -> None:
         # oid, content, stat before reading, result slot, index in `inputs` (-1: stored raw)
         self.items: list[tuple[ObjectId, bytes, FileState, list[Any], int]] = []
         self.inputs: list[bytes] = []  # the contents to compress
+        self.hints: dict[ObjectId, ObjectId] = {}  # id -> its delta hint, where one was given
         self.size = 0
         self._future: Future[Sequence[Any]] | None = None
         self._frames: Sequence[Any] = ()  # compressed by `compress`, in the calling thread

@@ -14,9 +14,9 @@ import stat as statmod
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, Literal, Protocol
+from typing import Any, BinaryIO, Literal, Protocol
 
-from ckpt.objstore import codec
+from ckpt.objstore import codec, delta
 from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.backend import Backend, BulkBackend, FsyncPolicy, LocatedBackend, Repairable
 from ckpt.objstore.errors import (
@@ -61,6 +61,10 @@ class StoreOptions:
     # For a new store (`init`): bulk writes go to pack files ("packed") or one file per object.
     # An existing store keeps its layout: `objects/packs/` exists exactly in packed stores.
     layout: Literal["loose", "packed"] = "packed"
+    # A changed file given its previous version (a hint) may be stored as a delta on it,
+    # in chains at most `delta_chain` deep (objstore/delta.py).
+    deltas: bool = True
+    delta_chain: int = delta.DEFAULT_DELTA_CHAIN
 
 
 class FileState(Protocol):
@@ -100,6 +104,7 @@ class ObjectStore:
         self._checked: set[ObjectId] = set()  # present ids whose stored copy was checked
         self.format_version = FORMAT_VERSION  # an in-memory store: whatever this version writes
         self._format_path: str | None = None
+        self._deltas = self._delta_encoder(None)
 
     # -- opening -----------------------------------------------------------------------
 
@@ -134,6 +139,7 @@ class ObjectStore:
         store = cls(backend, options)
         store.format_version = version
         store._format_path = os.path.join(path, FORMAT_FILE)
+        store._deltas = store._delta_encoder(os.path.join(path, delta.LEDGER_FILE))
         return store
 
     def ensure_format(self, version: int) -> None:
@@ -157,10 +163,12 @@ class ObjectStore:
     def has(self, oid: ObjectId) -> bool:
         return self.backend.has(oid)
 
-    def put_bytes(self, data: bytes) -> ObjectId:
+    def put_bytes(self, data: bytes, *, base: ObjectId | None = None) -> ObjectId:
+        """Store `data`; `base`: the id of its previous version, which it may be stored as a
+        delta against (objstore/delta.py decides)."""
         oid = hash_bytes(data)
         if not self._present(oid):
-            self.backend.put(oid, codec.encode_object(data, self.options.compression_level))
+            self.backend.put(oid, self._encode(oid, data, base))
         return oid
 
     def _present(self, oid: ObjectId) -> bool:
@@ -194,16 +202,18 @@ class ObjectStore:
         self._trees.pop(oid, None)
         return False
 
-    def _put_new(self, oid: ObjectId, data: bytes | memoryview) -> tuple[bool, int]:
+    def _put_new(self, oid: ObjectId, data: bytes | memoryview,
+                 base: ObjectId | None = None) -> tuple[bool, int]:
         if self._present(oid):
             return False, 0
-        stored = codec.encode_object(data, self.options.compression_level)
+        stored = self._encode(oid, data, base)
         # A concurrent writer may have stored it since the refresh: then nothing was written.
         is_new = self._put_absent(oid, stored)
         return is_new, len(stored) if is_new else 0
 
-    def put_file(self, path: str | bytes) -> PutResult:
-        """Store one regular file's content, never following a symlink.
+    def put_file(self, path: str | bytes, *, base: ObjectId | None = None) -> PutResult:
+        """Store one regular file's content, never following a symlink; `base` as for
+        `put_bytes` (a file above `stream_threshold` is never a delta).
 
         `ContentChanged` if the file changed while it was read: the caller decides whether to
         retry or report it; nothing torn is ever stored under the id.
@@ -220,17 +230,19 @@ class ObjectStore:
             os.close(fd)
         oid = hash_bytes(data)
         try:
-            is_new, stored = self._put_new(oid, data)
+            is_new, stored = self._put_new(oid, data, base)
         except OSError as exc:
             raise self._write_failed(exc) from exc
         return PutResult(oid, len(data), is_new, stored, before)
 
     def put_files(
-        self, paths: Iterable[str | bytes], *, threads: int = 0
+        self, paths: Iterable[str | bytes], *, threads: int = 0,
+        bases: Iterable[ObjectId | None] | None = None,
     ) -> Iterator[PutResult | OSError | ContentChanged]:
         """`put_file` for many files: for each path, in order, its `PutResult` or the exception
         `put_file` would raise for it (`OSError`, `ContentChanged`); one file's failure never
-        stops the others. A failure to write the store (disk full) raises.
+        stops the others. A failure to write the store (disk full) raises. `bases`: one hint
+        per path (`put_file`'s `base`), or None for none at all.
 
         Built for a first snapshot of a large tree, where per-file work in a Python thread pool
         is dominated by GIL hand-offs: here the calling thread reads, hashes and stores, and
@@ -250,8 +262,9 @@ class ObjectStore:
         pipeline = PutPipeline(
             refresh=self._present, put_absent_many=self._put_absent_many,
             put_large=self._put_large, compression_level=self.options.compression_level,
-            stream_threshold=self.options.stream_threshold, threads=threads)
-        return pipeline.run(paths)
+            stream_threshold=self.options.stream_threshold, threads=threads,
+            encode_delta=None if bases is None else self._deltas.encode)
+        return pipeline.run(paths, bases)
 
     def _put_absent_many(self, objects: Sequence[tuple[ObjectId, bytes]]) -> list[bool]:
         """Store objects `refresh` has just found absent, in order; whether each was new."""
@@ -319,7 +332,7 @@ class ObjectStore:
 
     def get_bytes(self, oid: ObjectId) -> bytes:
         """The verified content of `oid` (in memory: for trees and ordinary files)."""
-        return self._verified(oid, codec.decode_object(self.backend.get(oid), oid))
+        return self._verified(oid, codec.decode_object(self.backend.get(oid), oid, refs=self))
 
     @staticmethod
     def _verified(oid: ObjectId, data: bytes) -> bytes:
@@ -338,12 +351,12 @@ class ObjectStore:
             # half of a stream's descriptor, reader and decompression context.
             stored = self.backend.get(oid)
             if codec.read_header(stored, oid)[1] <= _WHOLE_READ_CONTENT:
-                data = self._verified(oid, codec.decode_object(stored, oid))
+                data = self._verified(oid, codec.decode_object(stored, oid, refs=self))
                 out.write(data)
                 return len(data)
         hasher = StreamHasher()
         with self.backend.open(oid) as stream:
-            for chunk in codec.iter_decode_object(stream, oid):
+            for chunk in codec.iter_decode_object(stream, oid, refs=self):
                 hasher.update(chunk)
                 out.write(chunk)
         if hasher.digest() != oid:
@@ -354,11 +367,41 @@ class ObjectStore:
         """Read and verify `oid` without keeping it; returns its content size."""
         hasher = StreamHasher()
         with self.backend.open(oid) as stream:
-            for chunk in codec.iter_decode_object(stream, oid):
+            for chunk in codec.iter_decode_object(stream, oid, refs=self):
                 hasher.update(chunk)
         if hasher.digest() != oid:
             raise CorruptObject(oid, "content does not match its id")
         return hasher.length
+
+    # -- deltas (objstore/delta.py) ----------------------------------------------------
+
+    def _delta_encoder(self, ledger_path: str | None) -> delta.DeltaEncoder:
+        options = delta.DeltaOptions(self.options.deltas, self.options.delta_chain,
+                                     self.options.stream_threshold)
+        return delta.DeltaEncoder(self.backend, self, options, self.options.compression_level,
+                                  delta.DeltaLedger(ledger_path),
+                                  lambda: self.ensure_format(2))
+
+    def _encode(self, oid: ObjectId, data: bytes | memoryview, base: ObjectId | None) -> bytes:
+        """The envelope to store for new content: plain, or a delta on `base`'s version."""
+        plain = codec.encode_object(data, self.options.compression_level)
+        return plain if base is None else self._deltas.encode(oid, data, base, plain)
+
+    def base(self, oid: ObjectId) -> bytes:
+        """`codec.RefResolver`: the verified content of a delta's base."""
+        return delta.read_base(self.backend, oid, self)
+
+    def dictionary(self, oid: ObjectId) -> Any:
+        """`codec.RefResolver`: no dictionaries are read by this store."""
+        raise CorruptObject(oid, "dictionaries are not supported")
+
+    def delta_savings(self) -> int:
+        """Bytes the deltas in the store saved over storing their contents plain."""
+        return self._deltas.ledger.saved(self.backend)
+
+    def forget_gone_deltas(self) -> None:
+        """Drop what the ledger says of deltas no longer stored (after a gc)."""
+        self._deltas.ledger.prune(self.backend)
 
     # -- trees -------------------------------------------------------------------------
 
