@@ -21,11 +21,11 @@ Run ``python -m bench.storage --case linux|django|longfile [--rounds N]
   against that of checkpoint 1 (a full blob), paired medians over repetitions, each into a
   fresh directory; the blob reads alone too. Targets: growth <= 5%, restore <= 2x.
 
-The tools are ckpt processes: ``ckpt`` is this checkout (the running interpreter, the
-checkout first on ``PYTHONPATH``), ``baseline`` is whatever ckpt ``--baseline-python``
-imports (e.g. ``/work/venv/bin/python``, an install of main), run with no ``PYTHONPATH``
-from the scratch directory. ``--set`` applies ``ckpt config set`` to ``ckpt``'s stores only.
-Every ckpt command runs with ``CKPT_SERVER=off``.
+The tools are ckpt processes: ``ckpt`` is this checkout, or the one ``--ckpt-path`` names
+(the running interpreter, that checkout first on ``PYTHONPATH``), ``baseline`` is whatever
+ckpt ``--baseline-python`` imports (e.g. ``/work/venv/bin/python``, an install of main), run
+with no ``PYTHONPATH`` from the scratch directory. ``--set`` applies ``ckpt config set`` to
+``ckpt``'s stores only. Every ckpt command runs with ``CKPT_SERVER=off``.
 
 Owns: the three cases, their summaries and the table. Must not: import ckpt's library (as
 bench/compare.py; the library runs in the tools' processes), or modify a corpus.
@@ -106,14 +106,19 @@ class Tool:
             raise BenchFailure(f"{self.name}: ckpt {args[0]} --json printed no JSON") from exc
 
 
-def make_tools(baseline_python: str | None,
-               settings: Sequence[tuple[str, str]] = ()) -> list[Tool]:
-    """``ckpt`` (this checkout), then ``baseline`` when an interpreter is given."""
+def make_tools(baseline_python: str | None, settings: Sequence[tuple[str, str]] = (), *,
+               ckpt_path: Path | None = None, baseline_path: Path | None = None) -> list[Tool]:
+    """``ckpt`` (this checkout, or the one at ``ckpt_path``), then ``baseline`` when an
+    interpreter or a checkout (``baseline_path``, run by this interpreter) is given."""
     env = {**ckpt_env(), "CKPT_SERVER": "off"}
+    if ckpt_path is not None:  # first on the path: before this interpreter's own install
+        env["PYTHONPATH"] = str(ckpt_path.resolve())
     tools = [Tool("ckpt", sys.executable, env, tuple(settings))]
-    if baseline_python:
+    if baseline_python or baseline_path:
         base_env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        tools.append(Tool("baseline", baseline_python, base_env))
+        if baseline_path is not None:
+            base_env["PYTHONPATH"] = str(baseline_path.resolve())
+        tools.append(Tool("baseline", baseline_python or sys.executable, base_env))
     return tools
 
 
@@ -646,6 +651,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      "'stdlib' or 'linux')")
     ap.add_argument("--baseline-python", help="an interpreter whose ckpt is the baseline, run "
                                               "in the same run (e.g. an install of main)")
+    ap.add_argument("--baseline-path", type=Path,
+                    help="a checkout whose ckpt is the baseline (run by --baseline-python, or "
+                         "this interpreter)")
+    ap.add_argument("--ckpt-path", type=Path,
+                    help="the checkout ckpt is imported from (default: this one; a detached "
+                         "worktree keeps a run's code fixed while this one changes)")
     ap.add_argument("--set", dest="settings", type=_setting, action="append", default=[],
                     metavar="KEY=VALUE", help="ckpt config set on ckpt's stores (repeatable)")
     ap.add_argument("--reps", type=int, default=15,
@@ -658,7 +669,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.reps < 1:
         ap.error("--rounds and --reps must be >= 1")
-    tools = make_tools(args.baseline_python, args.settings)
+    tools = make_tools(args.baseline_python, args.settings, ckpt_path=args.ckpt_path,
+                       baseline_path=args.baseline_path)
     if args.scratch is not None:
         args.scratch.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"ckpt-storage-{args.case}-", dir=args.scratch))
