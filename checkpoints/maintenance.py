@@ -46,7 +46,7 @@ if TYPE_CHECKING:
         PruneReport,
         StoreStats,
     )
-    from ckpt.objstore import ObjectId
+    from ckpt.objstore import ObjectId, ObjectStore
 
 # (where, what): a damaged file found by fsck
 Finding = tuple[str, str]
@@ -313,5 +313,37 @@ class Maintenance:
         roots: dict[str, int] = {}
         for record in records:
             roots[record.root] = roots.get(record.root, 0) + 1
-        return StoreStats(count, stored, sum(r.stats.bytes for r in records), len(records),
-                          ws.catalog.session_counts(), dict(sorted(roots.items())))
+        logical = sum(r.stats.bytes for r in records)
+        distinct = _distinct_file_bytes(ws.objects, {r.tree for r in records})
+        return StoreStats(count, stored, logical, len(records),
+                          ws.catalog.session_counts(), dict(sorted(roots.items())),
+                          saved_by_dedup=max(0, logical - distinct),
+                          saved_by_deltas=ws.objects.delta_savings())
+
+
+def _distinct_file_bytes(objects: ObjectStore, roots: set[ObjectId]) -> int:
+    """What the distinct file contents of these trees weigh (each blob once): logical bytes
+    less this is what dedup saved. Each distinct tree is read once; one that cannot be read
+    counts for nothing (fsck reports it)."""
+    from ckpt.objstore import EntryKind, ObjstoreError  # noqa: PLC0415 (stats only)
+
+    sizes: dict[ObjectId, int] = {}
+    seen: set[ObjectId] = set()
+    stack = list(roots)
+    while stack:
+        oid = stack.pop()
+        if oid in seen:
+            continue
+        seen.add(oid)
+        try:
+            tree = objects.get_tree(oid)
+        except ObjstoreError:
+            continue
+        for entry in tree.entries:
+            if entry.oid is None:
+                continue
+            if entry.kind is EntryKind.TREE:
+                stack.append(entry.oid)
+            else:
+                sizes[entry.oid] = entry.size
+    return sum(sizes.values())

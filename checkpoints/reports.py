@@ -213,6 +213,8 @@ class StoreStats:
     checkpoints: int  # of every root and session of the store
     sessions: dict[str, int]  # checkpoints per session, every root counted
     roots: dict[str, int] = field(default_factory=dict)  # checkpoints per root, every session
+    saved_by_dedup: int = 0  # logical bytes less the distinct file contents
+    saved_by_deltas: int = 0  # stored bytes deltas saved over storing those blobs plain
 
     @property
     def dedup_ratio(self) -> float:

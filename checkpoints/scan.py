@@ -112,6 +112,8 @@ class ScanOptions:
     # A file watcher's view (watch.py): only the directories it names are listed, the others
     # are as the cache has them. None: every directory is listed.
     watch: WatchedView | None = None
+    # A changed file's previous blob goes to the store as its delta hint (config `deltas`).
+    deltas: bool = True
 
     @property
     def settings(self) -> str:
@@ -566,7 +568,7 @@ class _Scanner:
         # hand-off per syscall and hold a Future per job.
         paths = (job.fs_path for job in jobs)
         # A changed file's previous blob is its delta hint (objstore/delta.py decides).
-        bases = (job.hint for job in jobs) if self.hinted else None
+        bases = (job.hint for job in jobs) if self.hinted and self.options.deltas else None
         results = self.store.put_files(paths, threads=self.options.threads, bases=bases)
         progress = self.progress
         for done, (job, result) in enumerate(zip(jobs, results), 1):
@@ -581,7 +583,8 @@ class _Scanner:
     def _hash_one(self, job: _Job) -> None:
         for _ in range(_CHANGED_RETRIES):
             try:
-                result: PutResult | OSError = self.store.put_file(job.fs_path, base=job.hint)
+                result: PutResult | OSError = self.store.put_file(
+                    job.fs_path, base=job.hint if self.options.deltas else None)
             except ContentChanged:
                 continue
             except OSError as exc:

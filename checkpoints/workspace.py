@@ -254,6 +254,7 @@ class Workspace:
         git_excludes = read_git_excludes(self.root) if self.config.use_gitignore else NO_EXCLUDES
         options = ScanOptions(max_file_size=self.config.max_file_size,
                               threads=self.config.effective_threads(),
+                              deltas=self.config.deltas and self.config.delta_chain > 0,
                               ignore_settings=repr((self.config.use_gitignore,
                                                     tuple(self.config.extra_ignore),
                                                     tuple(self.store_rel()),

@@ -233,10 +233,12 @@ Examples:
 @json_option
 @pass_state
 def stats(state: State, as_json: bool) -> None:
-    """The whole store: objects, bytes on disk, logical bytes, dedup ratio, and checkpoints
-    of every root and session (per session and per root).
+    """The whole store: objects, bytes on disk, logical bytes, dedup ratio, what dedup and
+    deltas saved, and checkpoints of every root and session (per session and per root).
 
     Logical bytes add up every checkpoint's files; the dedup ratio is logical / on disk.
+    Dedup saved: logical bytes less the distinct file contents; deltas saved: what storing
+    changed files as deltas on their previous versions saved over compressing them alone.
     (`list`, `prune` and `events` work on the session; `list --all-sessions --all-roots`
     shows what `stats` counts.)
     """
@@ -245,12 +247,15 @@ def stats(state: State, as_json: bool) -> None:
         write_json({"objects": s.objects, "stored_bytes": s.stored_bytes,
                     "logical_bytes": s.logical_bytes, "dedup_ratio": round(s.dedup_ratio, 3),
                     "checkpoints": s.checkpoints, "sessions": dict(s.sessions),
-                    "roots": dict(s.roots)})
+                    "roots": dict(s.roots), "saved_by_dedup": s.saved_by_dedup,
+                    "saved_by_deltas": s.saved_by_deltas})
         return
     lines = [f"objects        {s.objects}",
              f"on disk        {format_size(s.stored_bytes)} ({s.stored_bytes} bytes)",
              f"logical        {format_size(s.logical_bytes)} ({s.logical_bytes} bytes)",
              f"dedup ratio    {s.dedup_ratio:.2f}x",
+             f"dedup saved    {format_size(s.saved_by_dedup)} ({s.saved_by_dedup} bytes)",
+             f"deltas saved   {format_size(s.saved_by_deltas)} ({s.saved_by_deltas} bytes)",
              f"checkpoints    {s.checkpoints} (every root and session of the store)"]
     lines.extend(f"  session {name}  {count}" for name, count in s.sessions.items())
     lines.extend(f"  root {display_path(root)}  {count}" for root, count in s.roots.items())

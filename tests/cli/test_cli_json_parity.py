@@ -132,6 +132,8 @@ def test_stats_json_holds_every_line(history: dict[str, str], ckpt_in: CkptIn) -
     assert facts.pop("on disk").endswith(f"({doc['stored_bytes']} bytes)")
     assert facts.pop("logical").endswith(f"({doc['logical_bytes']} bytes)")
     assert facts.pop("dedup ratio") == f"{doc['dedup_ratio']:.2f}x"
+    assert facts.pop("dedup saved").endswith(f"({doc['saved_by_dedup']} bytes)")
+    assert facts.pop("deltas saved").endswith(f"({doc['saved_by_deltas']} bytes)")
     assert facts.pop("checkpoints").split()[0] == str(doc["checkpoints"])
     assert facts == {**{f"session {name}": str(n) for name, n in doc["sessions"].items()},
                      **{f"root {root}": str(n) for root, n in doc["roots"].items()}}

@@ -183,7 +183,8 @@ def test_fsck_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
 def test_stats_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
     out = doc(ckpt_in("stats", "--json"))
     check(out, {"objects": int, "stored_bytes": int, "logical_bytes": int,
-                "dedup_ratio": float, "checkpoints": int, "sessions": dict, "roots": dict})
+                "dedup_ratio": float, "checkpoints": int, "sessions": dict, "roots": dict,
+                "saved_by_dedup": int, "saved_by_deltas": int})
     assert out["sessions"] == {"default": 2}
 
 
@@ -215,4 +216,4 @@ def test_config_schema(initialized: Path, ckpt_in: CkptIn) -> None:
     check(out, {"compression_level": int, "threads": int, "fsync": str, "max_file_size": int,
                 "retention_cap": int, "extra_ignore": list, "use_gitignore": bool,
                 "gc_grace_seconds": int, "lock_timeout": float, "server": str,
-                "server_idle": float, "server_verify": float})
+                "server_idle": float, "server_verify": float, "deltas": bool, "delta_chain": int})
