@@ -345,14 +345,16 @@ def releases_case(sdists: Sequence[Path], tools: Sequence[Tool], scratch: Path, 
         peer = make(work, repo)
         say(f"{peer.name}: {len(sdists)} releases ...")
         peer.init()
-        seconds = []
+        seconds, growth = [], []
         for tarball in sdists:
             extract_release(tarball, work)
             time.sleep(RACY_PAUSE_S)
             start = time.perf_counter()
             peer.snapshot(tarball.name)
             seconds.append(time.perf_counter() - start)
-        results[peer.name] = {**peer.sizes(), "snapshot_seconds": seconds}
+            growth.append(store_size(repo)["allocated_bytes"])  # after each release
+        results[peer.name] = {**peer.sizes(), "snapshot_seconds": seconds,
+                              "allocated_after_each": growth}
         say(f"  {results[peer.name]['store']['allocated_bytes'] / 1e6:.1f} MB allocated")
         shutil.rmtree(folder)
     return {"releases": [p.name for p in sdists], "tools": results}
@@ -592,6 +594,9 @@ def render(report: dict[str, Any]) -> str:
                          f"{r['store']['apparent_bytes'] / 1e6:>13.1f}"
                          f"{'-' if gc is None else f'{gc / 1e6:.1f}':>13}"
                          f"{sum(r['snapshot_seconds']):>13.2f}")
+        lines.append("allocated MB after each release: " + "; ".join(
+            f"{name} " + " ".join(f"{b / 1e6:.1f}" for b in r["allocated_after_each"])
+            for name, r in res["tools"].items()))
         alloc = res["tools"]["ckpt"]["store"]["allocated_bytes"]
         lines.append(f"target: store {_mb(alloc)} <= {_mb(DJANGO_TARGET_BYTES)}: "
                      f"{'met' if alloc <= DJANGO_TARGET_BYTES else 'NOT met'}")
