@@ -2,9 +2,10 @@
 
 API (what `cli/` calls; keep it stable)::
 
-    run_tuning(root, *, store=None, levels=(1, 3, 6), threads=(1, 0), max_files=20_000,
-               max_bytes=2 << 30, time_budget=300.0, on_too_large="sample", repeats=1,
-               seed=1, scratch_dir=None, progress=None, clock=time.perf_counter) -> TuningResult
+    run_tuning(root, *, store=None, levels=(1, 3, 6), threads=(1, 0), dictionaries=None,
+               deltas=None, delta_chains=None, max_files=20_000, max_bytes=2 << 30,
+               time_budget=300.0, on_too_large="sample", repeats=1, seed=1,
+               scratch_dir=None, progress=None, clock=time.perf_counter) -> TuningResult
     render_table(result: TuningResult) -> str      # the human-readable table, no trailing newline
     result.to_json() -> dict                       # plain JSON data (the `--json` output)
 
@@ -25,13 +26,20 @@ API (what `cli/` calls; keep it stable)::
   times are for the sample) or, with ``on_too_large="refuse"``, refused. ``time_budget`` (s,
   copy included) stops the grid early: rows not run are reported with ``skipped`` set; the
   first row always runs.
-- Per grid row (compression level x threads; threads 0 = one per CPU), in a fresh temporary
-  store outside the copy: the first snapshot, a no-change snapshot, then a seeded small turn
-  (up to 20 files edited, 5 added, 5 deleted; the same turn for every row) and a default restore
-  to the first snapshot (its pre-restore save included), checked to reproduce the tree; plus the
-  store size after the first snapshot. ``repeats`` > 1 takes medians over fresh stores.
-- Recommendation: among rows whose store (allocated bytes) is within 10% of the smallest, the
-  one with the lowest snapshot + no-change + restore time; the defaults (StoreConfig's level and threads)
+- The grid: compression level x threads (threads 0 = one per CPU) at the store's storage
+  settings (``dictionaries``, ``deltas``, ``delta_chain`` of its config, or the defaults), then
+  one row per other value of a storage setting, that setting alone changed, at the default
+  level and threads (or the grid's first): ``dictionaries``/``deltas`` (each a sequence of
+  bools; None: the configured value, then the other) and ``delta_chains`` (None: the
+  configured one only; a chain matters only over many turns of the same files).
+- Per grid row, in a fresh temporary store outside the copy: the first snapshot, a no-change
+  snapshot, then a seeded small turn (up to 20 files edited, 5 added, 5 deleted; the same turn
+  for every row), its snapshot, and a default restore to the first snapshot (its pre-restore
+  save included), checked to reproduce the tree; plus the store size after the first snapshot
+  and what the turn's snapshot added to it. ``repeats`` > 1 takes medians over fresh stores.
+- Recommendation: among rows whose session store (allocated bytes after the first snapshot
+  plus ``SESSION_TURNS`` times what the turn added) is within 10% of the smallest, the one with
+  the lowest snapshot + no-change + turn + restore time; the defaults (StoreConfig's settings)
   when they are within 5% of that, since smaller differences are noise on a shared machine.
 
 Must not: write anywhere but its own scratch directory (removed at the end), print, or exit;
@@ -55,6 +63,7 @@ from typing import Any, Literal
 import blake3
 
 from ckpt.checkpoints import (
+    CONFIG_KEYS,
     STORE_NAME,
     CheckpointError,
     Checkpoints,
@@ -69,6 +78,9 @@ from ckpt.tuning.workload import PROTECTED_NAMES, Turn, apply_turn, measure_tree
 DEFAULT_LEVELS = (1, 3, 6)
 DEFAULT_THREADS = (1, 0)
 DEFAULT_SETTING = (StoreConfig().compression_level, StoreConfig().threads)
+# The storage settings the grid varies one at a time, where this ckpt has them.
+STORAGE_KEYS = tuple(k for k in ("dictionaries", "deltas", "delta_chain") if k in CONFIG_KEYS)
+SESSION_TURNS = 100  # the session a store size is judged by: the first snapshot + N such turns
 STORE_SLACK = 1.10  # "within 10% of the smallest store"
 DEFAULT_SLACK = 1.05  # keep the defaults when they are this close to the fastest
 RACY_PAUSE_S = 0.03  # > checkpoints.statcache.RACY_WINDOW_NS: a real turn takes seconds
@@ -84,18 +96,41 @@ class TuningError(CheckpointError, ValueError):
 # -- results ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
+class Storage:
+    """The storage settings of a row: None where this ckpt has no such setting."""
+
+    dictionaries: bool | None = None
+    deltas: bool | None = None
+    delta_chain: int | None = None
+
+    @classmethod
+    def of(cls, config: StoreConfig) -> Storage:
+        return cls(**{key: getattr(config, key) for key in STORAGE_KEYS})
+
+    def settings(self) -> dict[str, bool | int]:
+        return {key: value for key in STORAGE_KEYS
+                if (value := getattr(self, key)) is not None}
+
+
+@dataclass(frozen=True, slots=True)
 class TuningRow:
     """One setting's measurements (seconds, bytes); all None with `skipped` set if not run."""
 
     compression_level: int
     threads: int  # as it would be configured; 0 = one per CPU
     threads_effective: int
+    dictionaries: bool | None = None  # the storage settings (None: not a setting of this ckpt)
+    deltas: bool | None = None
+    delta_chain: int | None = None
     snapshot_s: float | None = None
     no_change_s: float | None = None
+    turn_s: float | None = None  # the snapshot after the turn
     restore_s: float | None = None
     store_bytes: int | None = None  # apparent size of the store after the first snapshot
     store_allocated_bytes: int | None = None  # disk blocks used (what `du` shows)
     store_files: int | None = None
+    turn_store_bytes: int | None = None  # what the turn's snapshot added (apparent bytes)
+    session_store_bytes: int | None = None  # allocated + SESSION_TURNS x turn_store_bytes
     skipped: str | None = None
 
     @property
@@ -103,10 +138,25 @@ class TuningRow:
         return self.skipped is None
 
     @property
+    def storage(self) -> Storage:
+        return Storage(self.dictionaries, self.deltas, self.delta_chain)
+
+    @property
+    def setting(self) -> tuple[int, int, Storage]:
+        return (self.compression_level, self.threads, self.storage)
+
+    @property
     def total_s(self) -> float:
         assert self.snapshot_s is not None and self.no_change_s is not None
         assert self.restore_s is not None
-        return self.snapshot_s + self.no_change_s + self.restore_s
+        return self.snapshot_s + self.no_change_s + (self.turn_s or 0.0) + self.restore_s
+
+    @property
+    def session_bytes(self) -> int:
+        """What the recommendation compares: the session store, or the first one's."""
+        if self.session_store_bytes is not None:
+            return self.session_store_bytes
+        return self.store_allocated_bytes or 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +164,20 @@ class Recommendation:
     compression_level: int
     threads: int
     reason: str  # one line
+    dictionaries: bool | None = None
+    deltas: bool | None = None
+    delta_chain: int | None = None
 
     @property
     def commands(self) -> list[str]:
-        return [f"ckpt config set compression_level {self.compression_level}",
-                f"ckpt config set threads {self.threads}"]
+        settings: dict[str, object] = {"compression_level": self.compression_level,
+                                       "threads": self.threads}
+        settings.update(Storage(self.dictionaries, self.deltas, self.delta_chain).settings())
+        return [f"ckpt config set {key} {_config_text(value)}" for key, value in settings.items()]
+
+
+def _config_text(value: object) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +356,12 @@ def _measure_row(copy: Path, store: Path, config: StoreConfig, turn: Turn,
                               "the scratch directory?)")
         apply_turn(copy, turn)
         time.sleep(RACY_PAUSE_S)
+        before_turn = measure_tree(store)
+        started = clock()
+        cp.create(label="ckpt bench: turn")
+        turn_s = clock() - started
+        cp.settle()
+        turn_bytes = measure_tree(store).apparent_bytes - before_turn.apparent_bytes
         started = clock()
         cp.restore(first.id)
         restore_s = clock() - started
@@ -306,43 +371,60 @@ def _measure_row(copy: Path, store: Path, config: StoreConfig, turn: Turn,
         raise TuningError(f"restore did not reproduce the tree (differs at {wrong[:3]}); "
                           "this is a bug in ckpt, please report it")
     shutil.rmtree(store)
-    return {"snapshot_s": snapshot_s, "no_change_s": no_change_s, "restore_s": restore_s,
-            "store_bytes": size.apparent_bytes, "store_allocated_bytes": size.allocated_bytes,
-            "store_files": size.files}
+    return {"snapshot_s": snapshot_s, "no_change_s": no_change_s, "turn_s": turn_s,
+            "restore_s": restore_s, "store_bytes": size.apparent_bytes,
+            "store_allocated_bytes": size.allocated_bytes, "store_files": size.files,
+            "turn_store_bytes": max(0, turn_bytes)}
 
 
-def _median_row(level: int, threads: int, runs: list[dict[str, Any]]) -> TuningRow:
+def _median_row(level: int, threads: int, storage: Storage,
+                runs: list[dict[str, Any]]) -> TuningRow:
     merged = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
-    for key in ("snapshot_s", "no_change_s", "restore_s"):
+    for key in ("snapshot_s", "no_change_s", "turn_s", "restore_s"):
         merged[key] = round(merged[key], 4)
-    for key in ("store_bytes", "store_allocated_bytes", "store_files"):
+    for key in ("store_bytes", "store_allocated_bytes", "store_files", "turn_store_bytes"):
         merged[key] = int(merged[key])
-    return TuningRow(level, threads, threads or os.cpu_count() or 1, **merged)
+    merged["session_store_bytes"] = (merged["store_allocated_bytes"]
+                                     + SESSION_TURNS * merged["turn_store_bytes"])
+    return TuningRow(level, threads, threads or os.cpu_count() or 1,
+                     storage.dictionaries, storage.deltas, storage.delta_chain, **merged)
+
+
+def default_setting() -> tuple[int, int, Storage]:
+    """StoreConfig's own level, threads and storage settings."""
+    return (*DEFAULT_SETTING, Storage.of(StoreConfig()))
 
 
 def recommend(rows: Sequence[TuningRow]) -> Recommendation:
-    """The fastest setting whose store is within 10% of the smallest (defaults if close)."""
+    """The fastest setting whose session store is within 10% of the smallest (defaults if
+    close)."""
     measured = [r for r in rows if r.measured]
     if not measured:
         raise TuningError("no setting was measured (time budget too small?)")
-    smallest = min(r.store_allocated_bytes or 0 for r in measured)
-    candidates = [r for r in measured if (r.store_allocated_bytes or 0) <= smallest * STORE_SLACK]
+    smallest = min(r.session_bytes for r in measured)
+    candidates = [r for r in measured if r.session_bytes <= smallest * STORE_SLACK]
     best = min(candidates, key=lambda r: (r.total_s, r.compression_level, r.threads))
-    default = next((r for r in candidates
-                    if (r.compression_level, r.threads) == DEFAULT_SETTING), None)
+    default = next((r for r in candidates if r.setting == default_setting()), None)
+    size = (f"the store after the first snapshot and {SESSION_TURNS} such turns within "
+            f"{STORE_SLACK - 1:.0%} of the smallest ({_mb(smallest)})")
     if default is not None and default is not best and default.total_s <= best.total_s * DEFAULT_SLACK:
-        return Recommendation(default.compression_level, default.threads, (
+        return _recommendation(default, (
             f"keep the defaults: within {DEFAULT_SLACK - 1:.0%} of the fastest setting "
-            f"({_setting(best)}, {best.total_s:.2f} s vs {default.total_s:.2f} s) and the store "
-            f"within {STORE_SLACK - 1:.0%} of the smallest ({_mb(smallest)})"))
-    return Recommendation(best.compression_level, best.threads, (
-        f"fastest snapshot + no-change + restore ({best.total_s:.2f} s) among settings whose "
-        f"store is within {STORE_SLACK - 1:.0%} of the smallest ({_mb(smallest)})"))
+            f"({_setting(best)}, {best.total_s:.2f} s vs {default.total_s:.2f} s) and {size}"))
+    return _recommendation(best, (
+        f"fastest snapshot + no-change + turn + restore ({best.total_s:.2f} s) with {size}"))
+
+
+def _recommendation(row: TuningRow, reason: str) -> Recommendation:
+    return Recommendation(row.compression_level, row.threads, reason, row.dictionaries,
+                          row.deltas, row.delta_chain)
 
 
 def _setting(row: TuningRow) -> str:
     threads = "auto" if row.threads == 0 else str(row.threads)
-    return f"level {row.compression_level}, threads {threads}"
+    storage = "".join(f", {key.replace('_', ' ')} {_config_text(value)}"
+                      for key, value in row.storage.settings().items())
+    return f"level {row.compression_level}, threads {threads}{storage}"
 
 
 def _mb(n: float) -> str:
@@ -392,31 +474,59 @@ def _scratch_parent(scratch_dir: str | os.PathLike[str] | None, *guarded: str) -
     return parent
 
 
-def _run_grid(copy: Path, scratch: Path, grid: Sequence[tuple[int, int]],
-              configs: Sequence[StoreConfig], turn: Turn, *, repeats: int, time_budget: float,
-              started: float, clock: Callable[[], float], say: Progress) -> list[TuningRow]:
+def _run_grid(copy: Path, scratch: Path, configs: Sequence[StoreConfig], turn: Turn, *,
+              repeats: int, time_budget: float, started: float, clock: Callable[[], float],
+              say: Progress) -> list[TuningRow]:
     """One row per setting; once the budget cannot fit another row as slow as the slowest so
     far, the rest are reported as skipped (the first row always runs)."""
     rows: list[TuningRow] = []
     row_seconds: list[float] = []
-    for index, ((level, t), config) in enumerate(zip(grid, configs)):
+    for index, config in enumerate(configs):
+        level, t, storage = config.compression_level, config.threads, Storage.of(config)
         elapsed = clock() - started
         if rows and elapsed + max(row_seconds) > time_budget:
-            rows.append(TuningRow(level, t, t or os.cpu_count() or 1,
+            rows.append(TuningRow(level, t, t or os.cpu_count() or 1, storage.dictionaries,
+                                  storage.deltas, storage.delta_chain,
                                   skipped=f"time budget of {time_budget:g} s reached"))
             continue
-        say(f"[{index + 1}/{len(grid)}] compression level {level}, threads {t or 'auto'}")
+        say(f"[{index + 1}/{len(configs)}] compression level {level}, threads {t or 'auto'}"
+            + "".join(f", {k} {_config_text(v)}" for k, v in storage.settings().items()))
         row_started = clock()
         runs = [_measure_row(copy, scratch / f"store-{index}-{r}", config, turn, clock)
                 for r in range(repeats)]
         row_seconds.append(clock() - row_started)
-        rows.append(_median_row(level, t, runs))
+        rows.append(_median_row(level, t, storage, runs))
     return rows
+
+
+def grid_configs(base: StoreConfig, levels: Sequence[int], threads: Sequence[int], *,
+                 dictionaries: Sequence[bool] | None = None, deltas: Sequence[bool] | None = None,
+                 delta_chains: Sequence[int] | None = None) -> list[StoreConfig]:
+    """The settings to measure, in order: levels x threads at ``base``'s storage settings, then
+    each other storage value alone at the default level and threads (or the grid's first).
+
+    A storage setting this ckpt does not have is left out whatever is asked for it.
+    """
+    configs = [dataclasses.replace(base, compression_level=level, threads=t, retention_cap=0)
+               for level in levels for t in threads]  # validates the grid
+    at = next((c for c in configs if (c.compression_level, c.threads) == DEFAULT_SETTING),
+              configs[0])
+    asked: dict[str, Sequence[Any] | None] = {
+        "dictionaries": dictionaries, "deltas": deltas, "delta_chain": delta_chains}
+    for key in STORAGE_KEYS:
+        current = getattr(base, key)
+        values = asked[key]
+        if values is None:  # the other value of a switch; a chain only when asked for
+            values = [current, not current] if isinstance(current, bool) else [current]
+        changes: list[dict[str, Any]] = [{key: v} for v in dict.fromkeys(values) if v != current]
+        configs += [dataclasses.replace(at, **change) for change in changes]
+    return configs
 
 
 def run_tuning(root: str | os.PathLike[str], *, store: str | os.PathLike[str] | None = None,
                levels: Sequence[int] = DEFAULT_LEVELS, threads: Sequence[int] = DEFAULT_THREADS,
-               max_files: int = 20_000, max_bytes: int = 2 << 30, time_budget: float = 300.0,
+               dictionaries: Sequence[bool] | None = None, deltas: Sequence[bool] | None = None,
+               delta_chains: Sequence[int] | None = None, max_files: int = 20_000, max_bytes: int = 2 << 30, time_budget: float = 300.0,
                on_too_large: Literal["sample", "refuse"] = "sample", repeats: int = 1,
                seed: int = 1, scratch_dir: str | os.PathLike[str] | None = None,
                progress: Progress | None = None,
@@ -432,9 +542,8 @@ def run_tuning(root: str | os.PathLike[str], *, store: str | os.PathLike[str] | 
     if not levels or not threads:
         raise TuningError("give at least one compression level and one thread count")
     store_abs = os.path.abspath(os.fspath(store)) if store else os.path.join(root_abs, STORE_NAME)
-    grid = [(level, t) for level in levels for t in threads]
-    configs = [dataclasses.replace(_user_config(store_abs), compression_level=level, threads=t,
-                                   retention_cap=0) for level, t in grid]  # validates the grid
+    configs = grid_configs(_user_config(store_abs), levels, threads,
+                           dictionaries=dictionaries, deltas=deltas, delta_chains=delta_chains)
 
     say(f"listing what a snapshot of {root_abs} captures")
     capture = _bounded_capture(root_abs, store_abs, configs[0], max_files=max_files,
@@ -446,7 +555,7 @@ def run_tuning(root: str | os.PathLike[str], *, store: str | os.PathLike[str] | 
         say(f"copying {len(capture.items):,} files to {copy}")
         items = copy_capture(Path(root_abs), copy, capture.items, capture.dirs)
         turn = _plan_small_turn(copy, items, seed, configs[0])
-        rows = _run_grid(copy, scratch, grid, configs, turn, repeats=repeats,
+        rows = _run_grid(copy, scratch, configs, turn, repeats=repeats,
                          time_budget=time_budget, started=started, clock=clock, say=say)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -474,6 +583,16 @@ def _cpu_model() -> str:
 
 # -- rendering --------------------------------------------------------------------------------
 
+_HEADS = {"dictionaries": ("dict", 5), "deltas": ("deltas", 6), "delta_chain": ("chain", 5)}
+_STORAGE_HEADS = [_HEADS[key] for key in STORAGE_KEYS]
+
+
+def _storage_cell(value: bool | int | None) -> str:
+    if value is None:
+        return "-"
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
 def render_table(result: TuningResult) -> str:
     """The result as text: what was measured, one row per setting, the recommendation."""
     turn = result.turn
@@ -486,24 +605,31 @@ def render_table(result: TuningResult) -> str:
          f"CPUs; {result.repeats} run(s) per setting, median"),
         "  a scratch copy and temporary stores were used: your tree and store were not touched",
         "",
-        (f"{'level':>5} {'threads':>8} {'snapshot s':>11} {'no-change s':>12} {'restore s':>10}"
-         f" {'store MB':>9} {'on disk MB':>11} {'files':>8}"),
+        (f"{'level':>5} {'threads':>8}" + "".join(f" {h:>{w}}" for h, w in _STORAGE_HEADS)
+         + f" {'snapshot s':>11} {'no-change s':>12} {'turn s':>7} {'restore s':>10}"
+         f" {'store MB':>9} {'on disk MB':>11} {'files':>8} {'turn KB':>8}"
+         f" {f'+{SESSION_TURNS} MB':>9}"),
     ]
     rec = result.recommendation
+    chosen = (rec.compression_level, rec.threads,
+              Storage(rec.dictionaries, rec.deltas, rec.delta_chain))
     for row in result.rows:
-        mark = " <" if (row.compression_level, row.threads) == (rec.compression_level,
-                                                                rec.threads) else ""
+        mark = " <" if row.setting == chosen else ""
         threads = "auto" if row.threads == 0 else str(row.threads)
+        head = f"{row.compression_level:>5} {threads:>8}" + "".join(
+            f" {_storage_cell(getattr(row, key)):>{w}}" for key, (_, w) in
+            zip(STORAGE_KEYS, _STORAGE_HEADS))
         if not row.measured:
-            lines.append(f"{row.compression_level:>5} {threads:>8}  skipped: {row.skipped}")
+            lines.append(f"{head}  skipped: {row.skipped}")
             continue
         lines.append(
-            f"{row.compression_level:>5} {threads:>8} {row.snapshot_s:>11.3f} "
-            f"{row.no_change_s:>12.3f} {row.restore_s:>10.3f} "
-            f"{(row.store_bytes or 0) / 1e6:>9.1f} {(row.store_allocated_bytes or 0) / 1e6:>11.1f}"
-            f" {row.store_files or 0:>8,}{mark}")
+            f"{head} {row.snapshot_s:>11.3f} {row.no_change_s:>12.3f} {row.turn_s or 0:>7.3f}"
+            f" {row.restore_s:>10.3f} {(row.store_bytes or 0) / 1e6:>9.1f}"
+            f" {(row.store_allocated_bytes or 0) / 1e6:>11.1f} {row.store_files or 0:>8,}"
+            f" {(row.turn_store_bytes or 0) / 1e3:>8.1f} {row.session_bytes / 1e6:>9.1f}{mark}")
     auto = " (auto)" if rec.threads == 0 else ""
+    storage = "".join(f", {key} {_config_text(value)}" for key, value in chosen[2].settings().items())
     lines += ["", (f"recommended: compression_level {rec.compression_level}, threads "
-                   f"{rec.threads}{auto} - {rec.reason}"),
+                   f"{rec.threads}{auto}{storage} - {rec.reason}"),
               "  " + " && ".join(rec.commands)]
     return "\n".join(lines)

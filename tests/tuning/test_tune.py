@@ -7,6 +7,7 @@ after: bytes, modes, mtimes of every entry, directories included.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -22,8 +23,13 @@ from ckpt.tuning.tune import (
     DEFAULT_LEVELS,
     DEFAULT_SETTING,
     DEFAULT_THREADS,
+    SESSION_TURNS,
+    STORAGE_KEYS,
+    Storage,
     TuningError,
     TuningRow,
+    default_setting,
+    grid_configs,
     list_capture,
     recommend,
     render_table,
@@ -99,14 +105,21 @@ def test_tuning_leaves_the_tree_identical_and_measures_every_setting(
     result = run_tuning(tree, scratch_dir=scratch, progress=messages.append)
     assert fingerprint(tree) == before  # bytes, modes and mtimes, directories included
     assert not (tree / ".ckpt").exists()
-    assert [(r.compression_level, r.threads) for r in result.rows] == [
-        (level, t) for level in DEFAULT_LEVELS for t in DEFAULT_THREADS]
+    grid = [(level, t) for level in DEFAULT_LEVELS for t in DEFAULT_THREADS]
+    assert [(r.compression_level, r.threads) for r in result.rows[:len(grid)]] == grid
+    # then each on/off storage setting flipped alone, at the default level and threads
+    flipped = result.rows[len(grid):]
+    assert [(r.compression_level, r.threads) for r in flipped] == [DEFAULT_SETTING] * len(
+        [k for k in STORAGE_KEYS if k != "delta_chain"])
     for row in result.rows:
         assert row.measured
         assert row.snapshot_s is not None and row.snapshot_s > 0
         assert row.no_change_s is not None and row.no_change_s > 0
+        assert row.turn_s is not None and row.turn_s > 0
         assert row.restore_s is not None and row.restore_s > 0
         assert row.store_bytes and row.store_allocated_bytes and row.store_files
+        assert row.turn_store_bytes and row.session_store_bytes == (
+            row.store_allocated_bytes + SESSION_TURNS * row.turn_store_bytes)
     rec = result.recommendation
     assert (rec.compression_level, rec.threads) in [(r.compression_level, r.threads)
                                                    for r in result.rows]
@@ -119,7 +132,8 @@ def test_tuning_leaves_the_tree_identical_and_measures_every_setting(
 
 
 def test_result_renders_as_a_table_and_as_json(tree: Path, scratch: Path) -> None:
-    result = run_tuning(tree, scratch_dir=scratch, levels=(1, 3), threads=(1,))
+    result = run_tuning(tree, scratch_dir=scratch, levels=(1, 3), threads=(1,),
+                        dictionaries=(True,), deltas=(True,))  # no storage rows
     text = render_table(result)
     assert "recommended: compression_level" in text and "ckpt config set threads" in text
     assert len([line for line in text.splitlines() if line.lstrip().startswith(("1 ", "3 "))]) == 2
@@ -133,7 +147,8 @@ def test_capture_honours_the_users_store_config_and_leaves_the_store_alone(
         tree: Path, scratch: Path) -> None:
     with Checkpoints.init(tree) as cp:
         cp.create(label="the user's own checkpoint")
-    write_config(str(tree / ".ckpt"), StoreConfig(extra_ignore=("pkg2/",)))
+    own = {"deltas": False} if "deltas" in STORAGE_KEYS else {}  # the grid starts from these
+    write_config(str(tree / ".ckpt"), StoreConfig(extra_ignore=("pkg2/",), **own))
     before = fingerprint(tree)
     items, _dirs = list_capture(str(tree), str(tree / ".ckpt"), StoreConfig(
         extra_ignore=("pkg2/",)))
@@ -143,7 +158,11 @@ def test_capture_honours_the_users_store_config_and_leaves_the_store_alone(
     result = run_tuning(tree, scratch_dir=scratch, levels=(3,), threads=(0,))
     assert fingerprint(tree) == before  # the store (objects, catalog, config) too
     assert result.captured_files == len(items) == 43  # pkg2 holds 20 of the 60 modules
-    assert [r.measured for r in result.rows] == [True]
+    assert all(r.measured for r in result.rows)
+    assert (result.rows[0].compression_level, result.rows[0].threads) == (3, 0)
+    if own:
+        assert result.rows[0].deltas is False  # the user's setting first, then flipped
+        assert [r.deltas for r in result.rows[1:]].count(True) == 1
 
 
 def test_large_tree_is_sampled_or_refused(tree: Path, scratch: Path) -> None:
@@ -186,9 +205,14 @@ def test_missing_root_and_empty_tree_are_errors(tmp_path: Path) -> None:
         run_tuning(empty, scratch_dir=tempfile.gettempdir())
 
 
-def row(level: int, threads: int, total: float, store: int) -> TuningRow:
-    return TuningRow(level, threads, threads or 2, snapshot_s=total, no_change_s=0.0,
-                     restore_s=0.0, store_bytes=store, store_allocated_bytes=store, store_files=1)
+def row(level: int, threads: int, total: float, store: int, *,
+        storage: Storage | None = None, turn: int | None = None) -> TuningRow:
+    storage = storage or default_setting()[2]
+    return TuningRow(level, threads, threads or 2, storage.dictionaries, storage.deltas,
+                     storage.delta_chain, snapshot_s=total, no_change_s=0.0, turn_s=0.0,
+                     restore_s=0.0, store_bytes=store, store_allocated_bytes=store, store_files=1,
+                     turn_store_bytes=turn,
+                     session_store_bytes=None if turn is None else store + SESSION_TURNS * turn)
 
 
 def test_recommendation_is_fastest_within_ten_percent_of_smallest_store() -> None:
@@ -202,3 +226,65 @@ def test_recommendation_is_fastest_within_ten_percent_of_smallest_store() -> Non
     rows[3] = row(*default, 3.0, 108)
     assert (recommend(rows).compression_level, recommend(rows).threads) == (5, 1)
 
+
+
+def test_recommendation_judges_the_store_of_a_session_of_turns() -> None:
+    """A setting that is faster and as small after the first snapshot but grows more per turn
+    (deltas off) loses once the session's store is more than 10% larger."""
+    level, threads = DEFAULT_SETTING
+    plain = dataclasses.replace(default_setting()[2], deltas=False)
+    rows = [row(level, threads, 2.0, 1000, turn=10),
+            row(level, threads, 1.0, 1000, storage=plain, turn=100)]
+    rec = recommend(rows)
+    assert (rec.compression_level, rec.threads) == DEFAULT_SETTING
+    assert Storage(rec.dictionaries, rec.deltas, rec.delta_chain) == default_setting()[2]
+    assert f"{SESSION_TURNS} such turns" in rec.reason
+    rows[1] = row(level, threads, 1.0, 1000, storage=plain, turn=11)  # within 10%: faster wins
+    assert recommend(rows).deltas is (False if "deltas" in STORAGE_KEYS else None)
+    commands = recommend(rows).commands
+    assert commands[:2] == [f"ckpt config set compression_level {level}",
+                            f"ckpt config set threads {threads}"]
+    if "deltas" in STORAGE_KEYS:
+        assert "ckpt config set deltas false" in commands
+
+
+def test_grid_flips_each_storage_setting_alone_at_the_default_level() -> None:
+    base = StoreConfig()
+    configs = grid_configs(base, (1, 3), (1, 0))
+    grid = [(c.compression_level, c.threads) for c in configs]
+    assert grid[:4] == [(1, 1), (1, 0), (3, 1), (3, 0)]
+    extra = configs[4:]
+    switches = [k for k in STORAGE_KEYS if k != "delta_chain"]
+    assert len(extra) == len(switches)  # a chain only when asked for
+    for config, key in zip(extra, switches):
+        assert (config.compression_level, config.threads) == DEFAULT_SETTING
+        changed = [k for k in STORAGE_KEYS if getattr(config, k) != getattr(base, k)]
+        assert changed == [key]
+    if "delta_chain" in STORAGE_KEYS:
+        chains = grid_configs(base, (3,), (1,), deltas=(True,), dictionaries=(True,),
+                              delta_chains=(base.delta_chain, 2, 2, 4))
+        # the grid's first setting when the defaults are not in it; repeats and the
+        # configured value give no row of their own
+        assert [(c.compression_level, c.threads, c.delta_chain) for c in chains] == [
+            (3, 1, base.delta_chain), (3, 1, 2), (3, 1, 4)]
+    assert all(c.retention_cap == 0 for c in configs)
+
+
+@pytest.mark.skipif("deltas" not in STORAGE_KEYS, reason="this ckpt has no deltas")
+def test_deltas_row_measures_a_smaller_turn(tmp_path: Path, scratch: Path) -> None:
+    """Files of a few KiB edited by the turn: with deltas the turn's snapshot adds less."""
+    root = tmp_path / "larger-files"
+    rng = random.Random(5)
+    for i in range(40):
+        path = root / f"pkg{i % 4}" / f"mod{i}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"def f_{j}(x):\n    return x * {rng.randrange(10**6)}\n"
+                                for j in range(300)))
+    result = run_tuning(root, scratch_dir=scratch, levels=(1,), threads=(1,), deltas=(True, False),
+                        dictionaries=(True,) if "dictionaries" in STORAGE_KEYS else None)
+    on, off = result.rows
+    assert (on.deltas, off.deltas) == (True, False)
+    assert on.turn_store_bytes is not None and off.turn_store_bytes is not None
+    assert on.turn_store_bytes < off.turn_store_bytes
+    text = render_table(result)
+    assert " deltas " in text.splitlines()[5] and "+100 MB" in text
