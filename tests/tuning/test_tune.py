@@ -262,11 +262,11 @@ def test_grid_flips_each_storage_setting_alone_at_the_default_level() -> None:
         assert changed == [key]
     if "delta_chain" in STORAGE_KEYS:
         chains = grid_configs(base, (3,), (1,), deltas=(True,), dictionaries=(True,),
-                              delta_chains=(base.delta_chain, 2, 2, 4))
+                              delta_chains=(base.delta_chain, 2, 2, base.delta_chain + 2))
         # the grid's first setting when the defaults are not in it; repeats and the
         # configured value give no row of their own
         assert [(c.compression_level, c.threads, c.delta_chain) for c in chains] == [
-            (3, 1, base.delta_chain), (3, 1, 2), (3, 1, 4)]
+            (3, 1, base.delta_chain), (3, 1, 2), (3, 1, base.delta_chain + 2)]
     assert all(c.retention_cap == 0 for c in configs)
 
 
