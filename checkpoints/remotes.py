@@ -8,7 +8,8 @@ order of durable steps:
     push(records):
         with the remote's shared lock:
             todo  = records whose ids the remote's records/ lacks, oldest first
-            upload(every object reachable from their trees)  # packs PUT, verified, indexed
+            upload(what their trees hold that no checkpoint on the remote holds: a tree
+                   diff, remote_push.py)          # packs PUT, verified, indexed
             put_record(each of todo)          # If-None-Match: only once all it needs is indexed
             update_head(each session)         # If-Match loop: two pushers merge, none is lost
     pull:
@@ -171,8 +172,8 @@ class Remote:
 
     def push(self, records: Sequence[CheckpointRecord],
              progress: Callable[[int, int], None] | None = None) -> PushReport:
+        from ckpt.checkpoints.remote_push import plan_push  # noqa: PLC0415
         from ckpt.checkpoints.reports import PushReport  # noqa: PLC0415 (lazy: see reports)
-        from ckpt.objstore.gc import find_reachable  # noqa: PLC0415
 
         ws = self.ws
         hollow = {i for i, p in read_origins(ws.store_dir).items() if p.state is Origin.HOLLOW}
@@ -186,8 +187,9 @@ class Remote:
             todo = [r for r in lacking if r.id not in hollow]
             objects = packs = sent = 0
             if todo:
-                oids = find_reachable(ws.objects, {r.tree for r in todo})
-                upload = repo.upload(ws.objects, oids, progress=progress)
+                bases = self._bases(todo, known, hollow)
+                upload = repo.upload(ws.objects, plan_push(ws.objects, todo, bases).oids,
+                                     progress=progress)
                 objects, packs, sent = upload.objects, upload.packs, upload.bytes_uploaded
             for record in todo:  # only now: every object they need is indexed
                 with open(ws.catalog.records.file(record.id), "rb") as stream:
@@ -197,6 +199,17 @@ class Remote:
                 repo.update_head(session, lambda old, mine=mine: _merge_head(old, mine))  # type: ignore[misc]
         return PushReport(self.info.name, tuple(r.id for r in todo), present, objects, packs,
                           sent, skipped)
+
+    def _bases(self, todo: Sequence[CheckpointRecord], known: set[str], hollow: set[str]
+               ) -> list[CheckpointRecord]:
+        """The local checkpoints of `todo`'s sessions whose records are on the remote (so are
+        all their objects) and whose objects are all here (not hollow): what a push diffs
+        against."""
+        found: list[CheckpointRecord] = []
+        for session in sorted({r.session for r in todo}):
+            found += [r for r in self.ws.catalog.history(session=session)
+                      if r.id not in hollow and record_name(r.id) in known]
+        return found
 
     # -- pull -----------------------------------------------------------------------------
 

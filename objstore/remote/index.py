@@ -39,7 +39,7 @@ class RemoteIndex:
     damaged: dict[str, str] = field(default_factory=dict)  # key -> reason
 
     def sync(self, transport: S3Transport) -> None:
-        listed = {packid for info in transport.list(layout.INDEX)
+        listed = {packid: info.size for info in transport.list(layout.INDEX)
                   if (packid := layout.packid_of(info.key, layout.INDEX)) is not None}
         with_refs = {packid for info in transport.list(layout.REFS)
                      if (packid := layout.packid_of(info.key, layout.REFS)) is not None}
@@ -48,11 +48,11 @@ class RemoteIndex:
         self.pack_entries.clear()
         self.refs.clear()
         self.damaged.clear()
-        self._forget_unlisted("index", listed)
+        self._forget_unlisted("index", set(listed))
         self._forget_unlisted("refs", with_refs)
         for packid in sorted(listed):
             key = layout.index_key(packid)
-            decoded = self._decoded_index(transport, packid, key)
+            decoded = self._decoded_index(transport, packid, key, listed[packid])
             if decoded is None:
                 continue
             oids, locations, pack_size = decoded
@@ -65,12 +65,12 @@ class RemoteIndex:
             if packid in with_refs:
                 self._load_refs(transport, packid)
 
-    def _decoded_index(self, transport: S3Transport, packid: str, key: str
+    def _decoded_index(self, transport: S3Transport, packid: str, key: str, size: int
                        ) -> tuple[bytes, array[int], int] | None:
         """The decoded index of `packid`; None if it is gone (gc) or damaged (noted). A cached
         copy that fails to decode is fetched again before the remote's is called damaged."""
         for _ in range(2):
-            data = self._read(transport, "index", packid, key)
+            data = self._read(transport, "index", packid, key, size)
             if data is None:
                 return None  # removed since the listing (gc)
             try:
@@ -101,7 +101,8 @@ class RemoteIndex:
     def _path(self, kind: str, packid: str) -> str | None:
         return None if self.cache_dir is None else os.path.join(self.cache_dir, kind, packid)
 
-    def _read(self, transport: S3Transport, kind: str, packid: str, key: str) -> bytes | None:
+    def _read(self, transport: S3Transport, kind: str, packid: str, key: str,
+              size: int | None = None) -> bytes | None:
         path = self._path(kind, packid)
         if path is not None:
             try:
@@ -110,7 +111,7 @@ class RemoteIndex:
             except FileNotFoundError:
                 pass
         try:
-            data, _ = transport.get(key)
+            data, _ = transport.get(key, size=size)
         except RemoteNotFound:
             return None
         self.remember(kind, packid, data)

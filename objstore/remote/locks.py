@@ -1,10 +1,14 @@
 """Remote locks, restic's rules: a lock is a file `locks/<random>` holding msgpack
-{"kind": "shared"|"exclusive", "host", "pid", "time"}.
+{"kind": "shared"|"exclusive", "host", "pid", "time"} and, where the system tells it, "start"
+(the holder's process start time, in the clock ticks of /proc/PID/stat).
 
 - shared (push, pull): refused while another non-stale exclusive lock exists.
 - exclusive (gc, prune): refused while any other non-stale lock exists.
 - stale: a lock whose time is older than STALE_SECONDS. The holder rewrites its lock every
-  REFRESH_SECONDS while it runs, so only a lock whose process died goes stale.
+  REFRESH_SECONDS while it runs, so only a lock whose process died goes stale. A lock of this
+  host whose pid is not running (or a zombie, or running with another start time than the
+  lock records: the pid was reused) is stale at once, as restic does: its holder died
+  without releasing it (kill -9, power loss of a laptop that rebooted).
 - taking one: check the others, write ours, check again (two that raced both see each other;
   each that now conflicts removes its own and refuses), then hold it until release.
 """
@@ -36,14 +40,56 @@ class LockInfo:
     host: str
     pid: int
     time: float
+    start: int | None = None  # the holder's process start time, where known
 
     def describe(self, now: float) -> str:
-        return (f"an {self.kind} lock of pid {self.pid} on {self.host}, "
+        article = "an" if self.kind == "exclusive" else "a"
+        return (f"{article} {self.kind} lock of pid {self.pid} on {self.host}, "
                 f"{max(0.0, now - self.time):.0f} s old")
 
+    def stale(self, now: float, host: str) -> bool:
+        """Whether the lock no longer holds: too old, or its holder on this host is gone."""
+        if now - self.time > STALE_SECONDS:
+            return True
+        if self.host != host:
+            return False
+        running = process_start(self.pid)
+        if running is None:
+            return True
+        return self.start is not None and running >= 0 and running != self.start
 
-def encode_lock(kind: LockKind, host: str, pid: int, time: float) -> bytes:
-    return codec.pack_data({"kind": kind, "host": host, "pid": pid, "time": time})
+
+def process_start(pid: int) -> int | None:
+    """None if process `pid` is not running (or is a zombie); else its start time in clock
+    ticks since boot, or -1 where the system does not tell it (no /proc)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass  # running, as another user
+    except (OverflowError, OSError):
+        return None  # no such pid can exist
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+    except FileNotFoundError:
+        return None if os.path.isdir("/proc/self") else -1
+    except OSError:
+        return -1
+    try:
+        # After the name: state is field 3, starttime field 22 of proc(5).
+        return None if fields[0] == b"Z" else int(fields[19])
+    except (IndexError, ValueError):
+        return -1
+
+
+def encode_lock(kind: LockKind, host: str, pid: int, time: float, start: int | None = None
+                ) -> bytes:
+    value: dict[str, object] = {"kind": kind, "host": host, "pid": pid, "time": time}
+    if start is not None and start >= 0:
+        value["start"] = start
+    return codec.pack_data(value)
 
 
 def decode_lock(key: str, data: bytes) -> LockInfo | None:
@@ -57,7 +103,9 @@ def decode_lock(key: str, data: bytes) -> LockInfo | None:
     if (kind not in ("shared", "exclusive") or not isinstance(host, str)
             or not isinstance(pid, int) or not isinstance(time, int | float)):
         return None
-    return LockInfo(key, kind, host, pid, float(time))
+    start = value.get("start")
+    return LockInfo(key, kind, host, pid, float(time),
+                    start if isinstance(start, int) and start >= 0 else None)
 
 
 def read_locks(transport: S3Transport) -> list[LockInfo]:
@@ -74,10 +122,12 @@ def read_locks(transport: S3Transport) -> list[LockInfo]:
     return found
 
 
-def conflicting(kind: LockKind, locks: list[LockInfo], own: str | None, now: float
-                ) -> LockInfo | None:
+def conflicting(kind: LockKind, locks: list[LockInfo], own: str | None, now: float,
+                host: str) -> LockInfo | None:
+    """The first lock of `locks` (not `own`, not stale as seen from `host`) that forbids
+    taking one of `kind`."""
     for lock in locks:
-        if lock.key == own or now - lock.time > STALE_SECONDS:
+        if lock.key == own or lock.stale(now, host):
             continue
         if kind == "exclusive" or lock.kind == "exclusive":
             return lock
@@ -94,20 +144,23 @@ class HeldLock:
         self.clock = clock
         self.key = f"{layout.LOCKS}{secrets.token_hex(16)}"
         self.host = socket.gethostname()
+        self.start = process_start(os.getpid())
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _write(self) -> None:
         self.transport.put(self.key, encode_lock(self.kind, self.host, os.getpid(),
-                                                 self.clock()))
+                                                 self.clock(), self.start))
 
     def acquire(self) -> None:
         url = self.transport.url
-        found = conflicting(self.kind, read_locks(self.transport), None, self.clock())
+        found = conflicting(self.kind, read_locks(self.transport), None, self.clock(),
+                            self.host)
         if found is not None:
             raise RemoteLocked(url, found.describe(self.clock()))
         self._write()
-        found = conflicting(self.kind, read_locks(self.transport), self.key, self.clock())
+        found = conflicting(self.kind, read_locks(self.transport), self.key, self.clock(),
+                            self.host)
         if found is not None:
             self.transport.delete(self.key)
             raise RemoteLocked(url, found.describe(self.clock()))

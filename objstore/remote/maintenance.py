@@ -49,7 +49,8 @@ def check_remote(transport: S3Transport, index: RemoteIndex, *, full: bool) -> R
         elif info.size != size:
             problems.append(f"{key}: {info.size} bytes, its index says {size}")
         elif full:
-            problems.extend(_check_pack_bytes(transport, key, packid, index.pack_entries[packid]))
+            problems.extend(_check_pack_bytes(transport, key, packid, size,
+                                              index.pack_entries[packid]))
     for oid, ref in sorted(index.refs.items()):
         if ref not in index.locations:
             problems.append(f"object {oid.hex()} needs {ref.hex()}, which no index names")
@@ -58,10 +59,10 @@ def check_remote(transport: S3Transport, index: RemoteIndex, *, full: bool) -> R
                              tuple(problems))
 
 
-def _check_pack_bytes(transport: S3Transport, key: str, packid: str, entries: list[Entry]
-                      ) -> list[str]:
+def _check_pack_bytes(transport: S3Transport, key: str, packid: str, size: int,
+                      entries: list[Entry]) -> list[str]:
     try:
-        data, _ = transport.get(key)
+        data, _ = transport.get(key, size=size)
     except RemoteNotFound:
         return [f"{key}: missing, though its index names {len(entries)} objects"]
     problems: list[str] = []

@@ -77,6 +77,10 @@ class RemoteRepo:
         self._index = RemoteIndex(cache_dir)
         self._clock = clock
         self._held: list[LockKind] = []
+        # Whether the index table is the remote's as of this lock hold: while a lock is held
+        # no gc removes a pack, so it is listed once per hold (and again when a fetch asks
+        # for an object it does not name: another pusher's, indexed since).
+        self._synced = False
 
     @property
     def url(self) -> str:
@@ -122,6 +126,7 @@ class RemoteRepo:
         held = HeldLock(self._transport, kind, self._clock)
         held.acquire()
         self._held.append(kind)
+        self._synced = False  # a gc may have run since the last hold
         try:
             yield
         finally:
@@ -131,6 +136,12 @@ class RemoteRepo:
             except RemoteError:
                 pass  # the lock goes stale by itself; the operation's own outcome stands
 
+    def _sync(self, *, again: bool = False) -> None:
+        """List and load the remote's indexes, unless done already in this lock hold."""
+        if again or not self._synced:
+            self._index.sync(self._transport)
+            self._synced = True
+
     def _require_exclusive(self, what: str) -> None:
         if "exclusive" not in self._held:
             raise RuntimeError(f"{what} needs the remote's exclusive lock")
@@ -139,7 +150,7 @@ class RemoteRepo:
 
     def missing(self, oids: Iterable[ObjectId]) -> set[ObjectId]:
         """The ids of `oids` no index of the remote names."""
-        self._index.sync(self._transport)
+        self._sync()
         known = self._index.locations
         return {oid for oid in oids if oid not in known}
 
@@ -149,7 +160,7 @@ class RemoteRepo:
         that no remote index names, as packs. `progress(done, known)` after each pack is
         indexed: objects uploaded so far, objects found to upload so far. ObjectNotFound if
         the store lacks one."""
-        self._index.sync(self._transport)
+        self._sync()
         known = self._index.locations
         queue = deque(dict.fromkeys(oids))
         queued = set(queue)
@@ -218,9 +229,12 @@ class RemoteRepo:
         """Put into `store` the objects of `oids` it lacks (and the dictionaries and bases
         their envelopes need), each checked before the store gets it. CorruptObject naming
         the object, RemoteCorrupt naming a pack or index, RemoteNotFound for an object no
-        index names."""
-        self._index.sync(self._transport)
+        index names. The remote's indexes are listed once per lock hold, and again when one
+        of `oids` is in none of them."""
         wanted = [oid for oid in dict.fromkeys(oids) if not store.has(oid)]
+        self._sync()
+        if any(oid not in self._index.locations for oid in wanted):
+            self._sync(again=True)
         waiting: dict[ObjectId, bytes] = {}  # fetched, their dictionary/base not yet stored
         asked: set[ObjectId] = set(wanted)
         put = requests = fetched_bytes = 0
@@ -343,7 +357,7 @@ class RemoteRepo:
         reference)."""
         from ckpt.objstore.remote.maintenance import check_remote  # noqa: PLC0415
 
-        self._index.sync(self._transport)
+        self._sync(again=True)
         return check_remote(self._transport, self._index, full=full)
 
     def gc(self, live: set[ObjectId], *, grace_seconds: float) -> RemoteGcReport:
@@ -354,7 +368,7 @@ class RemoteRepo:
         from ckpt.objstore.remote.maintenance import collect_remote  # noqa: PLC0415
 
         self._require_exclusive("gc")
-        self._index.sync(self._transport)
+        self._sync(again=True)
         return collect_remote(self._transport, self._index, live, grace_seconds=grace_seconds,
                               now=self._clock(), send_pack=self._send_pack)
 

@@ -4,12 +4,18 @@ into a `RemoteError` subclass with a one-line message.
 
 Bounded: a connect timeout (the remote's `timeout`), a total per-request timeout, and a few
 retries with a short backoff (obstore retries 5xx and connection errors itself; 4xx are
-final). Nothing here knows the repository layout: keys are relative to the remote's prefix.
+final). The per-request timeout follows the request's size: a small one (config, lock,
+record, head, index, LIST page, HEAD) gets SMALL_TIMEOUT, so a server that accepts the
+connection and never answers fails the first call within about SMALL_TIMEOUT x
+(SMALL_RETRIES + 1); a pack transfer gets time for its bytes at MIN_RATE. Nothing here knows
+the repository layout: keys are relative to the remote's prefix.
 """
 
 from __future__ import annotations
 
 import datetime
+import math
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,10 +35,18 @@ from ckpt.objstore.remote.errors import (
 )
 from ckpt.objstore.remote.url import RemoteSpec
 
-RETRIES = 3
+RETRIES = 2
 RANGE_THREADS = 4
-# Per request, whole body included: a 64 MiB pack over a slow link must fit.
-REQUEST_TIMEOUT = 600.0
+# A request of at most SMALL_BYTES (or of unknown size: every such key is small) gets
+# SMALL_TIMEOUT per attempt, connection included, and SMALL_RETRIES retries.
+SMALL_BYTES = 1 << 20
+SMALL_TIMEOUT = 5.0
+SMALL_RETRIES = 2
+# A bigger one gets BULK_BASE plus its bytes at MIN_RATE (a slow uplink's), rounded up to
+# BULK_STEP so a few clients serve every size: a 64 MiB pack gets 300 s per attempt.
+BULK_BASE = 30.0
+MIN_RATE = 256 << 10
+BULK_STEP = 60.0
 # Above this a PUT goes out in parts (S3 takes at most 5 GB in one PUT).
 MULTIPART_OVER = 1 << 30
 _UNREACHABLE_HINTS = ("error sending request", "connection refused", "timed out", "dns error",
@@ -75,25 +89,44 @@ class S3Transport:
             config["secret_access_key"] = settings.secret_access_key
             if settings.session_token is not None:
                 config["session_token"] = settings.session_token
-        seconds = datetime.timedelta(seconds=timeout)
+        self._config = config
+        self._allow_http = (settings.endpoint or "").startswith("http://")
+        self._connect = timeout
+        self._spec = spec
+        self._stores: dict[float, S3Store] = {}
+        self._stores_lock = threading.Lock()
+        self._store_for(None)  # a bad configuration fails here, before any request
+
+    def _store_for(self, size: int | None) -> S3Store:
+        """The client whose per-request timeout fits a request of `size` bytes."""
+        limit = request_timeout(size)
+        with self._stores_lock:
+            store = self._stores.get(limit)
+            if store is None:
+                store = self._stores[limit] = self._new_store(limit)
+            return store
+
+    def _new_store(self, limit: float) -> S3Store:
+        retries = SMALL_RETRIES if limit <= SMALL_TIMEOUT else RETRIES
         try:
-            self._store = S3Store(
-                spec.bucket, prefix=spec.prefix or None,
-                config=config,  # type: ignore[arg-type]  # a TypedDict of these keys
+            return S3Store(
+                self._spec.bucket, prefix=self._spec.prefix or None,
+                config=self._config,  # type: ignore[arg-type]  # a TypedDict of these keys
                 client_options={
-                    "allow_http": (settings.endpoint or "").startswith("http://"),
-                    "connect_timeout": seconds,
-                    "timeout": datetime.timedelta(seconds=REQUEST_TIMEOUT),
+                    "allow_http": self._allow_http,
+                    "connect_timeout": datetime.timedelta(seconds=min(self._connect, limit)),
+                    "timeout": datetime.timedelta(seconds=limit),
                 },
                 retry_config={
-                    "max_retries": RETRIES,
-                    "retry_timeout": seconds * (RETRIES + 1),
+                    "max_retries": retries,
+                    # No retry starts once the attempts so far could have used their time.
+                    "retry_timeout": datetime.timedelta(seconds=limit * retries + 1),
                     "backoff": {"init_backoff": datetime.timedelta(milliseconds=100),
                                 "max_backoff": datetime.timedelta(seconds=2), "base": 2},
                 },
             )
         except obx.BaseError as exc:
-            raise RemoteError(spec.url, _one_line(exc)) from None
+            raise RemoteError(self._spec.url, _one_line(exc)) from None
 
     # -- failures ------------------------------------------------------------------------
 
@@ -119,10 +152,11 @@ class S3Transport:
 
     # -- calls ---------------------------------------------------------------------------
 
-    def get(self, key: str) -> tuple[bytes, str | None]:
-        """The bytes at `key` and their ETag; RemoteNotFound if absent."""
+    def get(self, key: str, *, size: int | None = None) -> tuple[bytes, str | None]:
+        """The bytes at `key` and their ETag; RemoteNotFound if absent. `size`: what a
+        listing said the key holds (None: a small key)."""
         try:
-            result = obstore.get(self._store, key)
+            result = obstore.get(self._store_for(size), key)
             data = bytes(result.bytes())
             return data, result.meta.get("e_tag")
         except (obx.BaseError, OSError) as exc:
@@ -141,7 +175,7 @@ class S3Transport:
 
     def _get_range(self, key: str, start: int, length: int) -> bytes:
         try:
-            return bytes(obstore.get_range(self._store, key, start=start, length=length))
+            return bytes(obstore.get_range(self._store_for(length), key, start=start, length=length))
         except (obx.BaseError, OSError) as exc:
             self._fail(exc, key)
 
@@ -152,7 +186,7 @@ class S3Transport:
             "create" if mode == "create" else "overwrite" if mode == "overwrite"
             else {"e_tag": mode})
         try:
-            result = obstore.put(self._store, key, data, mode=put_mode,
+            result = obstore.put(self._store_for(len(data)), key, data, mode=put_mode,
                                  use_multipart=len(data) > MULTIPART_OVER)
             return result.get("e_tag")
         except (obx.BaseError, OSError) as exc:
@@ -160,7 +194,7 @@ class S3Transport:
 
     def head(self, key: str) -> KeyInfo:
         try:
-            meta = obstore.head(self._store, key)
+            meta = obstore.head(self._store_for(None), key)
         except (obx.BaseError, OSError) as exc:
             self._fail(exc, key)
         return KeyInfo(key, meta["size"], meta.get("e_tag"), meta["last_modified"].timestamp())
@@ -168,7 +202,7 @@ class S3Transport:
     def list(self, prefix: str) -> Iterator[KeyInfo]:
         """Every key under `prefix` (which ends with "/"), in no promised order."""
         try:
-            for batch in obstore.list(self._store, prefix=prefix, chunk_size=1000):
+            for batch in obstore.list(self._store_for(None), prefix=prefix, chunk_size=1000):
                 for meta in batch:
                     yield KeyInfo(meta["path"], meta["size"], meta.get("e_tag"),
                                   meta["last_modified"].timestamp())
@@ -178,11 +212,18 @@ class S3Transport:
     def delete(self, key: str) -> None:
         """Remove `key` (absent is fine)."""
         try:
-            obstore.delete(self._store, key)
+            obstore.delete(self._store_for(None), key)
         except FileNotFoundError:
             return
         except (obx.BaseError, OSError) as exc:
             self._fail(exc, key)
+
+
+def request_timeout(size: int | None) -> float:
+    """Seconds one attempt of a request moving `size` bytes may take (None: a small one)."""
+    if size is None or size <= SMALL_BYTES:
+        return SMALL_TIMEOUT
+    return math.ceil((BULK_BASE + size / MIN_RATE) / BULK_STEP) * BULK_STEP
 
 
 def _auth_reason(lowered: str) -> str:

@@ -3,6 +3,10 @@ rewritten; restic's lock rules between shared and exclusive holders, stale locks
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +15,7 @@ from seaweed import Bucket
 
 from ckpt.objstore import ObjectStore
 from ckpt.objstore.remote import RemoteLocked
-from ckpt.objstore.remote.locks import STALE_SECONDS
+from ckpt.objstore.remote.locks import STALE_SECONDS, LockKind, encode_lock, process_start
 
 
 def _pack_count(bucket: Bucket) -> int:
@@ -105,3 +109,43 @@ def test_a_stale_lock_is_ignored(s3_bucket: Bucket) -> None:
     with pytest.raises(RemoteLocked), soon.lock("shared"):
         pass
     lock.__exit__(None, None, None)
+
+
+def _plant_lock(bucket: Bucket, name: str, kind: LockKind, host: str, pid: int,
+                start: int | None) -> str:
+    key = f"repo/locks/{name}"
+    bucket.raw.put_object(bucket.name, key, encode_lock(kind, host, pid, time.time(), start))
+    return key
+
+
+def test_a_lock_of_a_dead_process_on_this_host_is_stale_at_once(s3_bucket: Bucket) -> None:
+    """restic's rule: a lock of this host whose pid is gone (kill -9), or whose pid now runs
+    another process (another start time), no longer holds; one of another host still does."""
+    repo = connect(s3_bucket)
+    host = socket.gethostname()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        start = process_start(child.pid)
+        assert start is not None
+        key = _plant_lock(s3_bucket, "held", "shared", host, child.pid, start)
+        with pytest.raises(RemoteLocked, match="a shared lock of pid") as caught, \
+                repo.lock("exclusive"):
+            pass
+        assert str(child.pid) in caught.value.holder
+        # The same live pid with another start time: the pid was reused.
+        s3_bucket.raw.delete_object(s3_bucket.name, key)
+        _plant_lock(s3_bucket, "reused", "exclusive", host, child.pid, start + 1)
+        with repo.lock("exclusive"):
+            pass
+        # A live pid and no start time recorded (a system without /proc): it holds.
+        _plant_lock(s3_bucket, "no-start", "exclusive", host, child.pid, None)
+        with pytest.raises(RemoteLocked, match="an exclusive lock"), repo.lock("shared"):
+            pass
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    with repo.lock("exclusive"):  # its pid is gone now
+        pass
+    _plant_lock(s3_bucket, "elsewhere", "shared", host + "-elsewhere", child.pid, start)
+    with pytest.raises(RemoteLocked, match="elsewhere"), repo.lock("exclusive"):
+        pass
