@@ -688,7 +688,11 @@ class _Scanner:
         node.rows.sort(key=row_name)
         rows, entries, summary = self._tree_entries(node, previous)
         self.rebuilt_dirs += 1
-        tree_id, stored = self.store.store_tree(Tree(tuple(entries)))
+        # The directory's previous tree is the new one's delta hint (objstore/delta.py
+        # decides whether a delta pays: only a big directory's tree is large enough).
+        base = ObjectId(cached.tree) \
+            if cached is not None and cached.tree and self.options.deltas else None
+        tree_id, stored = self.store.store_tree(Tree(tuple(entries)), base=base)
         if stored:
             self.new_objects += 1
             self.new_bytes += stored

@@ -409,14 +409,17 @@ class ObjectStore:
 
     # -- trees -------------------------------------------------------------------------
 
-    def put_tree(self, tree: Tree) -> ObjectId:
-        return self.store_tree(tree)[0]
+    def put_tree(self, tree: Tree, *, base: ObjectId | None = None) -> ObjectId:
+        return self.store_tree(tree, base=base)[0]
 
-    def store_tree(self, tree: Tree) -> tuple[ObjectId, int]:
-        """Store `tree`; returns its id and the bytes written (0 if it was already stored)."""
+    def store_tree(self, tree: Tree, *, base: ObjectId | None = None) -> tuple[ObjectId, int]:
+        """Store `tree`; returns its id and the bytes written (0 if it was already stored).
+        `base`: the id of the directory's previous tree, which it may be stored as a delta
+        against, as a blob against its previous version (objstore/delta.py decides): a big
+        directory's tree is ids zstd cannot shrink, and a turn changes one entry or two."""
         data = codec.encode_tree(tree)
         oid = hash_bytes(data)
-        _, stored = self._put_new(oid, data)
+        _, stored = self._put_new(oid, data, base)
         self._remember(oid, tree)
         return oid, stored
 
