@@ -5,6 +5,7 @@ dependent's restore with exit 5 through the CLI."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import subprocess
@@ -83,7 +84,7 @@ def test_one_edit_in_a_big_directory_stores_its_tree_as_a_small_delta(
 def test_deltas_off_store_trees_plain(root: str, tmp_path: Path) -> None:
     _fill(root, random.Random(1))
     with Checkpoints.init(root, store=str(tmp_path / "store")) as cp:
-        cp.config = cp.config.__class__(**{**_fields(cp.config), "deltas": False})
+        cp.config = dataclasses.replace(cp.config, deltas=False)
         cp.create()
         _write(root, "big/f00007.txt", b"edited\n")
         second = cp.create(reason="turn")
@@ -146,10 +147,6 @@ def test_every_checkpoint_restores_exactly_through_prune_and_gc(
                 assert _read(root, name) == data, (ident, name)
     if len(expected) > 2:
         assert deltas, "every big tree was stored whole"
-
-
-def _fields(config: object) -> dict[str, object]:
-    return {name: getattr(config, name) for name in config.__dataclass_fields__}  # type: ignore[attr-defined]
 
 
 def _ckpt(root: str, *args: str) -> subprocess.CompletedProcess[str]:
