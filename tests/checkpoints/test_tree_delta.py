@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 
 from ckpt.checkpoints.restoring import RestoreOptions
 from ckpt.checkpoints.service import Checkpoints
@@ -33,13 +34,11 @@ def _fill(root: str, rng: random.Random) -> dict[str, bytes]:
 
 
 def _write(root: str, name: str, data: bytes) -> None:
-    with open(os.path.join(root, name), "wb") as out:
-        out.write(data)
+    h.write_file(root, name, data)
 
 
 def _read(root: str, name: str) -> bytes:
-    with open(os.path.join(root, name), "rb") as stream:
-        return stream.read()
+    return Path(root, name).read_bytes()
 
 
 def _subtree(objects: ObjectStore, tree: ObjectId, name: bytes) -> ObjectId:
@@ -48,16 +47,10 @@ def _subtree(objects: ObjectStore, tree: ObjectId, name: bytes) -> ObjectId:
     return entry.oid
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> str:
-    path = os.path.realpath(tmp_path / "ws")
-    os.mkdir(path)
-    return path
-
-
 def test_one_edit_in_a_big_directory_stores_its_tree_as_a_small_delta(
-    root: str, tmp_path: Path
+    ws: Path, tmp_path: Path
 ) -> None:
+    root = os.path.realpath(ws)
     rng = random.Random(29)
     _fill(root, rng)
     with Checkpoints.init(root, store=str(tmp_path / "store")) as cp:
@@ -81,7 +74,8 @@ def test_one_edit_in_a_big_directory_stores_its_tree_as_a_small_delta(
         assert _read(root, "big/f00100.txt") == b"edited\n"
 
 
-def test_deltas_off_store_trees_plain(root: str, tmp_path: Path) -> None:
+def test_deltas_off_store_trees_plain(ws: Path, tmp_path: Path) -> None:
+    root = os.path.realpath(ws)
     _fill(root, random.Random(1))
     with Checkpoints.init(root, store=str(tmp_path / "store")) as cp:
         cp.config = dataclasses.replace(cp.config, deltas=False)
@@ -156,7 +150,8 @@ def _ckpt(root: str, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_a_damaged_base_tree_fails_a_dependents_restore_with_exit_5(root: str) -> None:
+def test_a_damaged_base_tree_fails_a_dependents_restore_with_exit_5(ws: Path) -> None:
+    root = os.path.realpath(ws)
     _fill(root, random.Random(9))
     with Checkpoints.init(root) as cp:
         first = cp.create()
