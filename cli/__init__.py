@@ -32,7 +32,12 @@ def main() -> None:
 
             os._exit(code)
         from ckpt.cli.main import main as run_command
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, RuntimeError) as exc:
+        # A class body's `__set_name__` (platform's, while click imports) wraps a Ctrl-C in
+        # a RuntimeError: the same interrupt.
+        if not isinstance(exc, KeyboardInterrupt) and not isinstance(
+                exc.__cause__, KeyboardInterrupt):
+            raise
         import os
 
         try:
