@@ -231,7 +231,8 @@ def fsck(state: State, full: bool, repair: bool, remote_name: str | None,
                                       for p, why in check.damaged_files],
                     "damaged_caches": [{"path": path_text(p), "problem": why}
                                        for p, why in check.damaged_caches],
-                    "remote_only": list(check.remote_only)})
+                    "remote_only": list(check.remote_only),
+                    "stranded": [oid.hex() for oid in objects.stranded]})
     else:
         lines = []
         for d in objects.problems:
@@ -244,6 +245,10 @@ def fsck(state: State, full: bool, repair: bool, remote_name: str | None,
         lines.extend(f"damaged file {path_text(p)}: {why}" for p, why in check.damaged_files)
         lines.extend(f"note: damaged stat cache {path_text(p)}: {why}"
                      for p, why in check.damaged_caches)
+        if objects.stranded:
+            lines.append(f"note: {len(objects.stranded)} unreachable object(s) cannot be read: "
+                         "what they were stored against is gone (a gc was stopped part-way); "
+                         "the next gc removes them")
         if check.remote_only:
             lines.append(f"note: {len(check.remote_only)} checkpoint(s) pulled from a remote, "
                          "objects only there (fetched when restored)")

@@ -170,7 +170,7 @@ def test_gc_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
 
 FSCK = {"ok": bool, "full": bool, "repaired": list, "trees_checked": int, "blobs_checked": int,
         "objects_verified": int, "problems": list, "damaged_checkpoints": list,
-        "damaged_files": list, "damaged_caches": list, "remote_only": list}
+        "damaged_files": list, "damaged_caches": list, "remote_only": list, "stranded": list}
 
 
 def test_fsck_schema(two: tuple[str, str], ckpt_in: CkptIn) -> None:
