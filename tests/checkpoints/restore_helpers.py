@@ -11,6 +11,8 @@ import dataclasses
 import glob
 import os
 import stat as statmod
+import subprocess
+import sys
 from collections.abc import Iterable
 
 STORE_DIR_NAME = ".ckpt"
@@ -103,3 +105,22 @@ def staging_left(store_dir: str, root: str) -> list[str]:
     itself when the store is on another file system."""
     return (glob.glob(os.path.join(store_dir, "roots", "*", "staging-*"))
             + glob.glob(os.path.join(root, ".ckpt-staging-*")))
+
+
+def ckpt_cli(root: str | os.PathLike[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m ckpt ARGS` in `root`, in its own process, with no server and no CKPT_* env."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CKPT_")}
+    env["CKPT_SERVER"] = "off"
+    return subprocess.run([sys.executable, "-m", "ckpt", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def flip_packed_byte(backend: object, oid: bytes) -> None:
+    """Flip a byte near the end of `oid`'s stored record in its pack (a PackedBackend's)."""
+    pack = backend.find_location(oid)  # type: ignore[attr-defined]
+    _, _, offset, length = backend._find(oid)  # type: ignore[attr-defined]
+    with open(pack, "r+b") as stream:
+        stream.seek(offset + length - 2)
+        byte = stream.read(1)
+        stream.seek(offset + length - 2)
+        stream.write(bytes([byte[0] ^ 0xFF]))

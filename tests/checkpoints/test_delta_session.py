@@ -7,12 +7,11 @@ from __future__ import annotations
 import os
 import random
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
@@ -184,21 +183,11 @@ def damaged_session(root: str) -> Iterator[tuple[str, list[str], list[str]]]:
         chains = [read_chain(objects.backend, _blob(objects, record.tree, b"f.txt"))
                   for record in cp.history() if record.id in dependents[1:]]
         assert all(chain[-1][0] == base and len(chain) > 1 for chain in chains)
-        pack = objects.backend.find_location(base)  # type: ignore[attr-defined]
-        _, _, offset, length = objects.backend._find(base)  # type: ignore[attr-defined]
-    with open(pack, "r+b") as stream:
-        stream.seek(offset + length - 2)
-        byte = stream.read(1)
-        stream.seek(offset + length - 2)
-        stream.write(bytes([byte[0] ^ 0xFF]))
+        h.flip_packed_byte(objects.backend, base)
     yield root, dependents, healthy
 
 
-def _ckpt(root: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CKPT_")}
-    env["CKPT_SERVER"] = "off"
-    return subprocess.run([sys.executable, "-m", "ckpt", *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+_ckpt = h.ckpt_cli
 
 
 def test_a_damaged_base_fails_every_dependent_checkpoint_with_exit_5(

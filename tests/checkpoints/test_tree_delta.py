@@ -8,8 +8,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -143,11 +141,7 @@ def test_every_checkpoint_restores_exactly_through_prune_and_gc(
         assert deltas, "every big tree was stored whole"
 
 
-def _ckpt(root: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CKPT_")}
-    env["CKPT_SERVER"] = "off"
-    return subprocess.run([sys.executable, "-m", "ckpt", *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+_ckpt = h.ckpt_cli
 
 
 def test_a_damaged_base_tree_fails_a_dependents_restore_with_exit_5(ws: Path) -> None:
@@ -161,13 +155,7 @@ def test_a_damaged_base_tree_fails_a_dependents_restore_with_exit_5(ws: Path) ->
         base = _subtree(objects, first.tree, b"big")
         dependent = _subtree(objects, second.tree, b"big")
         assert codec.delta_header(objects.backend.get(dependent))[0] == base
-        pack = objects.backend.find_location(base)  # type: ignore[attr-defined]
-        _, _, offset, length = objects.backend._find(base)  # type: ignore[attr-defined]
-    with open(pack, "r+b") as stream:
-        stream.seek(offset + length - 2)
-        byte = stream.read(1)
-        stream.seek(offset + length - 2)
-        stream.write(bytes([byte[0] ^ 0xFF]))
+        h.flip_packed_byte(objects.backend, base)
     # A workspace edit inside big/: the restore must read the dependent tree to undo it.
     _write(root, "big/f00002.txt", b"unsaved-but-kept\n")
     restore = _ckpt(root, "restore", second.id, "--no-save")
