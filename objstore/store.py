@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Literal, Protocol
 
-from ckpt.objstore import codec, delta
+from ckpt.objstore import blocks, codec, delta
 from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.backend import Backend, BulkBackend, FsyncPolicy, LocatedBackend, Repairable
 from ckpt.objstore.dictionary import SMALL_BOUND, Dictionaries, PutDictionary, Trained, train
@@ -68,6 +68,9 @@ class StoreOptions:
     # in chains at most `delta_chain` deep (objstore/delta.py).
     deltas: bool = True
     delta_chain: int = delta.DEFAULT_DELTA_CHAIN
+    # `put_files` stores its new small blobs (no delta hint) in blocks of about this many raw
+    # bytes (objstore/blocks.py); 0: one object each.
+    block_size: int = blocks.DEFAULT_BLOCK_SIZE
 
 
 class FileState(Protocol):
@@ -109,6 +112,7 @@ class ObjectStore:
         self._format_path: str | None = None
         self._dictionaries = Dictionaries(None, enabled=options.dictionaries)
         self._deltas = self._delta_encoder(None)
+        self._blocks = blocks.BlockCache()
 
     # -- opening -----------------------------------------------------------------------
 
@@ -270,7 +274,9 @@ class ObjectStore:
             put_large=self._put_large, compression_level=self.options.compression_level,
             stream_threshold=self.options.stream_threshold, threads=threads,
             dictionary=self._put_dictionary(),
-            encode_delta=None if bases is None else self._deltas.encode)
+            encode_delta=None if bases is None else self._deltas.encode,
+            blocks=blocks.BlockOptions(self.options.block_size),
+            raise_format=lambda: self.ensure_format(2))
         return pipeline.run(paths, bases)
 
     def _put_absent_many(self, objects: Sequence[tuple[ObjectId, bytes]]) -> list[bool]:
@@ -399,6 +405,11 @@ class ObjectStore:
         """`codec.RefResolver`: the verified content of a delta's base."""
         return delta.read_base(self.backend, oid, self)
 
+    def member(self, block: ObjectId, offset: int, length: int, oid: ObjectId | None
+               ) -> bytes:
+        """`codec.RefResolver`: a block member's content, not yet verified (objstore/blocks.py)."""
+        return blocks.read_member(self.backend, self._blocks, block, offset, length, oid)
+
     def delta_savings(self) -> int:
         """Bytes the deltas in the store saved over storing their contents plain."""
         return self._deltas.ledger.saved(self.backend)
@@ -448,6 +459,7 @@ class ObjectStore:
 
     def forget_cached(self) -> None:
         self._trees.clear()
+        self._blocks.clear()
         self._dictionaries.forget_loaded()  # read and verified again on next use
 
     # -- dictionaries (objstore/dictionary.py) -------------------------------------------
