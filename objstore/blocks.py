@@ -37,7 +37,7 @@ SMALL_LIMIT = 64 << 10
 # A put's leftover below both bounds is stored per object: a small turn (a few edited files)
 # stores as without blocks, with the dictionary.
 MIN_BLOCK_BYTES = 32 << 10
-MIN_BLOCK_MEMBERS = 4
+MIN_BLOCK_MEMBERS = 4  # at least 2 (see putfiles.py)
 # Blocks compress at least at this level: on a block it costs what level 1 with a dictionary
 # costs per file, and saves more.
 MIN_BLOCK_LEVEL = 3

@@ -205,10 +205,15 @@ class PutPipeline:
         if self._dictionary is not None and len(data) <= SMALL_BOUND:
             self._dictionary.offer(data)
         blocks = self._blocks
-        if blocks is not None and hint is None and len(data) <= blocks.small_limit:
-            self._members.append((oid, data, before, slot))
+        # Contents too short to compress stay raw objects (a member's envelope would weigh
+        # more); so a block of two members or more is longer than any of them, never one of
+        # them under another name.
+        if (blocks is not None and hint is None
+                and _MIN_COMPRESSED < len(data) <= blocks.small_limit):
+            members = self._members
+            members.append((oid, data, before, slot))
             self._members_size += len(data)
-            if self._members_size >= self._block_size:
+            if self._members_size >= self._block_size and len(members) > 1:
                 self._seal_block()
             return
         self._add_object(oid, data, before, slot, hint)
@@ -345,9 +350,10 @@ class PutPipeline:
         if self._raise_format is not None:
             self._raise_format()  # before the first member: an older ckpt refuses the store
         member_envelope = codec.member_envelope
-        for index, block in enumerate(batch.blocks):
+        compressed = iter(frames)  # one frame per block not stored already, in order
+        for block in batch.blocks:
             if not block.present:
-                objects.append((block.oid, codec.envelope(block.content, frames[index])))
+                objects.append((block.oid, codec.envelope(block.content, next(compressed))))
             objects.extend((oid, member_envelope(size, block.oid, offset))
                            for oid, size, _, _, offset in block.members)
 
