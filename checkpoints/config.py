@@ -21,8 +21,8 @@ from typing import Any
 
 from ckpt.checkpoints.errors import ConfigError
 from ckpt.objstore.atomicfile import write_atomically
-from ckpt.objstore.codec import MAX_DELTA_DEPTH
 from ckpt.objstore.blocks import DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE
+from ckpt.objstore.codec import MAX_DELTA_DEPTH
 from ckpt.objstore.delta import DEFAULT_DELTA_CHAIN
 
 CONFIG_FILE = "config.toml"

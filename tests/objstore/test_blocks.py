@@ -3,6 +3,7 @@ object naming its block. Real stores on disk; damage made with the fault helpers
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from pathlib import Path
@@ -123,7 +124,7 @@ def test_blocks_hold_members_in_path_order_and_raise_the_format(tmp_path: Path) 
         content = store.get_bytes(block)  # an ordinary blob, zstd at the block level
         assert codec_of(store, block) == codec.CODEC_ZSTD
         assert spans[0][0] == 0 and sum(length for _, length in spans) == len(content)
-        assert all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:]))
+        assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(spans))
     # What the results say was written adds up to what the store holds for them.
     stored = sum(r.stored_bytes for r in results)
     held = sum(store.backend.stat(oid).size for oid in blocks) + sum(
@@ -160,7 +161,7 @@ def test_blocks_off_stores_every_file_as_put_file_does(tmp_path: Path) -> None:
 
 def test_large_files_and_files_with_a_delta_hint_stay_out_of_blocks(tmp_path: Path) -> None:
     rng = random.Random(4)
-    contents = many_small(4, 60) + [source_like(rng, 200_000)]
+    contents = [*many_small(4, 60), source_like(rng, 200000)]
     paths = write_files(tmp_path / "tree", contents)
     store = ObjectStore.init(str(tmp_path / "store"))
     first = put_all(store, paths)
