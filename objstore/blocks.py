@@ -30,10 +30,10 @@ from ckpt.objstore.ids import ObjectId
 
 # Raw bytes of a block: zstd's window spans it whole; past this size a block saves little more
 # (bench/storage.py) and a read of one member decompresses up to all of it.
-DEFAULT_BLOCK_SIZE = 512 << 10
+DEFAULT_BLOCK_SIZE = 1 << 20
 MAX_BLOCK_SIZE = 16 << 20  # a read of a member decompresses up to its whole block
 # Larger contents are stored one by one as ever: zstd already has context enough in them.
-SMALL_LIMIT = 64 << 10
+SMALL_LIMIT = 128 << 10
 # A put's leftover below both bounds is stored per object: a small turn (a few edited files)
 # stores as without blocks, with the dictionary.
 MIN_BLOCK_BYTES = 32 << 10
