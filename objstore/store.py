@@ -41,11 +41,13 @@ from ckpt.objstore.objects import Tree
 from ckpt.objstore.pack import PACKS_DIR, PackedBackend
 from ckpt.objstore.safeopen import check_directories, open_file
 
-FORMAT_VERSION = 2
-# Format 1 never holds a dictionary or delta object (codec 2 or 3); such a store is read as it
-# is and raised to 2 by the first write of one (`ensure_format`), so an older ckpt refuses it
-# with UnsupportedFormat instead of reporting objects it cannot decode as corrupt.
-READABLE_FORMATS = (1, 2)
+FORMAT_VERSION = 3
+# Format 1 never holds a dictionary or delta object (codec 2 or 3), format 2 never a block
+# member (codec 4); such a store is read as it is and raised by the first write of one
+# (`ensure_format`: 2, or 3 for members), so an older ckpt refuses it with UnsupportedFormat
+# instead of reporting objects it cannot decode as corrupt.
+BLOCKS_FORMAT = 3
+READABLE_FORMATS = (1, 2, 3)
 FORMAT_FILE = "format"
 _FORMAT_TAG = "ckpt-objstore"
 _TREE_CACHE_SIZE = 8192
@@ -276,7 +278,7 @@ class ObjectStore:
             dictionary=self._put_dictionary(),
             encode_delta=None if bases is None else self._deltas.encode,
             blocks=blocks.BlockOptions(self.options.block_size),
-            raise_format=lambda: self.ensure_format(2))
+            raise_format=lambda: self.ensure_format(BLOCKS_FORMAT))
         return pipeline.run(paths, bases)
 
     def _put_absent_many(self, objects: Sequence[tuple[ObjectId, bytes]]) -> list[bool]:

@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from ckpt.objstore import CorruptObject, ObjectStore, StoreOptions, Tree, TreeEntry, codec
+from ckpt.objstore import store as store_module
 from ckpt.objstore.blocks import MIN_BLOCK_BYTES, MIN_BLOCK_MEMBERS
+from ckpt.objstore.errors import UnsupportedFormat
 from ckpt.objstore.fsck import check_store
 from ckpt.objstore.gc import collect_garbage
 from ckpt.objstore.ids import ObjectId, hash_bytes
@@ -106,12 +108,30 @@ def test_random_small_files_restore_byte_exact_through_their_blocks(
     reopened.close()
 
 
-def test_blocks_hold_members_in_path_order_and_raise_the_format(tmp_path: Path) -> None:
+def test_a_format_2_store_is_raised_to_3_by_its_first_block_and_older_ckpt_refuses_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "store"
+    ObjectStore.init(str(path)).close()
+    (path / FORMAT_FILE).write_text("ckpt-objstore 2\n")  # as the ckpt before blocks made it
+    store = ObjectStore.open(str(path))
+    few = write_files(tmp_path / "few", many_small(8, 3, 200, 900))
+    put_all(store, few)  # stored one by one: no block, the format stays
+    assert (path / FORMAT_FILE).read_text() == "ckpt-objstore 2\n"
+    put_all(store, write_files(tmp_path / "many", many_small(9, 40)))
+    assert (path / FORMAT_FILE).read_text() == "ckpt-objstore 3\n"
+    store.close()
+    # A ckpt that reads formats 1 and 2 only refuses the store instead of calling its
+    # members corrupt.
+    monkeypatch.setattr(store_module, "READABLE_FORMATS", (1, 2))
+    with pytest.raises(UnsupportedFormat):
+        ObjectStore.open(str(path))
+
+
+def test_blocks_hold_members_in_path_order(tmp_path: Path) -> None:
     contents = many_small(1, 40)
     paths = write_files(tmp_path / "tree", contents)
     store = ObjectStore.init(str(tmp_path / "store"), StoreOptions(block_size=32 << 10))
     results = put_all(store, paths)
-    assert (tmp_path / "store" / FORMAT_FILE).read_text().split() == ["ckpt-objstore", "2"]
     blocks: dict[ObjectId, list[tuple[int, int]]] = {}
     members = [r for r in results if codec_of(store, r.oid) == codec.CODEC_BLOCK]
     tail = results[len(members):]  # a short tail one by one

@@ -32,7 +32,7 @@ from ckpt.objstore.gc import collect_garbage
 from ckpt.objstore.ids import ObjectId, hash_bytes
 from ckpt.objstore.memory import MemoryBackend
 from ckpt.objstore.objects import EntryKind
-from ckpt.objstore.store import FORMAT_FILE
+from ckpt.objstore.store import FORMAT_FILE, FORMAT_VERSION
 
 _WORDS = [b"static", b"int", b"struct", b"return", b"void", b"const", b"unsigned", b"if",
           b"else", b"for", b"while", b"#include", b"<linux/kernel.h>", b"device", b"driver",
@@ -163,7 +163,7 @@ def test_put_files_trains_on_a_large_first_put_and_a_reopened_store_reads(
     assert store.dictionary_savings() > 0
     store.close()
     with open(tmp_path / "store" / FORMAT_FILE, "rb") as stream:
-        assert stream.read() == b"ckpt-objstore 2\n"
+        assert stream.read() == b"ckpt-objstore %d\n" % FORMAT_VERSION
     reopened = ObjectStore.open(str(tmp_path / "store"))
     assert reopened.current_dictionary == dictionary
     assert reopened.dictionary_ids() == (dictionary,)
