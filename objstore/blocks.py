@@ -33,13 +33,14 @@ from ckpt.objstore.ids import ObjectId
 DEFAULT_BLOCK_SIZE = 1 << 20
 MAX_BLOCK_SIZE = 16 << 20  # a read of a member decompresses up to its whole block
 # Larger contents are stored one by one as ever: zstd already has context enough in them.
-SMALL_LIMIT = 128 << 10
+SMALL_LIMIT = 256 << 10
 # A put's leftover below both bounds is stored per object: a small turn (a few edited files)
 # stores as without blocks, with the dictionary.
 MIN_BLOCK_BYTES = 32 << 10
 MIN_BLOCK_MEMBERS = 4  # at least 2 (see putfiles.py)
 # Blocks compress at least at this level: on a block it costs what level 1 with a dictionary
-# costs per file, and saves more.
+# costs per file, and saves more. With blocks on, what a put compresses alone in its batches
+# (larger files) is compressed at this level too.
 MIN_BLOCK_LEVEL = 3
 # Decompressed blocks kept for reads (a whole-tree restore reads in path order, block order).
 CACHE_BYTES = 8 << 20

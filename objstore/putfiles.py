@@ -114,10 +114,10 @@ class PutPipeline:
         self._large_new: set[ObjectId] = set()  # large contents this call reported new
         self._pending: set[ObjectId] = set()  # read here, not written yet: a copy is not new
         self._dictionary = dictionary  # None: dictionaries are off (or nothing compresses)
-        self._batch = self._new_batch()
         # Small new contents gathered for the next block (None: blocks are off): id, content,
         # stat, result slot; and their size in all.
         self._blocks = blocks if blocks is not None and blocks.enabled and self._level else None
+        self._batch = self._new_batch()
         self._block_size = 0 if self._blocks is None else self._blocks.block_size
         self._members: list[tuple[ObjectId, bytes, FileState, list[Any]]] = []
         self._members_size = 0
@@ -292,7 +292,10 @@ class PutPipeline:
                 self._large_new.add(result.oid)
 
     def _new_batch(self) -> _Batch:
-        return _Batch(None if self._dictionary is None else self._dictionary.active)
+        # With blocks, what is compressed alone (files above the small limit, mostly) is
+        # compressed at the block level too: on large files level 3 costs little more than 1.
+        level = self._level if self._blocks is None else blockmod.block_level(self._level)
+        return _Batch(None if self._dictionary is None else self._dictionary.active, level)
 
     def _new_pool(self) -> ThreadPoolExecutor:
         # Whole batches side by side, one thread each: a batch split across the threads leaves
@@ -425,9 +428,11 @@ class _Batch:
     """New objects read by `put_files`, compressed together, then written in order."""
 
     __slots__ = ("_frames", "_future", "blocks", "dictionary", "hints", "inputs", "items",
-                 "size", "small")
+                 "plain_level", "size", "small")
 
-    def __init__(self, dictionary: codec.Dictionary | None = None) -> None:
+    def __init__(self, dictionary: codec.Dictionary | None = None,
+                 plain_level: int = 0) -> None:
+        self.plain_level = plain_level  # of `inputs` (the batch's level when 0)
         # oid, content, stat before reading, result slot, index in `inputs` (-1: stored raw;
         # with a dictionary, `_SMALL - i` for `small[i]`)
         self.items: list[tuple[ObjectId, bytes, FileState, list[Any], int]] = []
@@ -467,12 +472,14 @@ class _Batch:
         """Compress on one of `pool`'s threads, one native zstd thread (batches run side by
         side, see `PutPipeline._new_pool`)."""
         if pool is not None and level > 0 and not self._idle():
-            self._future = pool.submit(_compress_all, *self._work(), level, self.dictionary)
+            self._future = pool.submit(_compress_all, *self._work(), level, self.dictionary,
+                                       self.plain_level or level)
 
     def compress(self, level: int) -> None:
         """Compress here, in the calling thread."""
         if level > 0 and not self._idle():
-            self._frames = _compress_all(*self._work(), level, self.dictionary)
+            self._frames = _compress_all(*self._work(), level, self.dictionary,
+                                         self.plain_level or level)
 
     def take_back(self, level: int) -> bool:
         """Compress here if no pool thread has started on this batch: whether it did."""
@@ -511,11 +518,11 @@ class _Block:
 
 
 def _compress_all(inputs: list[bytes], small: list[bytes], blocks: list[bytes], level: int,
-                  dictionary: codec.Dictionary | None
+                  dictionary: codec.Dictionary | None, plain_level: int
                   ) -> tuple[Sequence[Any], Sequence[Any], Sequence[Any]]:
-    """A batch's frames: `inputs`' plain, `small`'s with `dictionary`, `blocks`' at the
-    block level (objstore/blocks.py)."""
-    plain: Sequence[Any] = codec.compress_batch(inputs, level, 1) if inputs else ()
+    """A batch's frames: `inputs`' plain at `plain_level`, `small`'s with `dictionary` at
+    `level`, `blocks`' at the block level (objstore/blocks.py)."""
+    plain: Sequence[Any] = codec.compress_batch(inputs, plain_level, 1) if inputs else ()
     frames: Sequence[Any] = (codec.compress_batch_with_dictionary(small, level, dictionary)
                              if small and dictionary is not None else ())
     packed: Sequence[Any] = (codec.compress_batch(blocks, blockmod.block_level(level), 1)

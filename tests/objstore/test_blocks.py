@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ckpt.objstore import CorruptObject, ObjectStore, StoreOptions, Tree, TreeEntry, codec
 from ckpt.objstore import store as store_module
-from ckpt.objstore.blocks import MIN_BLOCK_BYTES, MIN_BLOCK_MEMBERS
+from ckpt.objstore.blocks import MIN_BLOCK_BYTES, MIN_BLOCK_MEMBERS, SMALL_LIMIT
 from ckpt.objstore.errors import UnsupportedFormat
 from ckpt.objstore.fsck import check_store
 from ckpt.objstore.gc import collect_garbage
@@ -181,7 +181,7 @@ def test_blocks_off_stores_every_file_as_put_file_does(tmp_path: Path) -> None:
 
 def test_large_files_and_files_with_a_delta_hint_stay_out_of_blocks(tmp_path: Path) -> None:
     rng = random.Random(4)
-    contents = [*many_small(4, 60), source_like(rng, 200000)]
+    contents = [*many_small(4, 60), source_like(rng, SMALL_LIMIT + 1000)]
     paths = write_files(tmp_path / "tree", contents)
     store = ObjectStore.init(str(tmp_path / "store"))
     first = put_all(store, paths)
