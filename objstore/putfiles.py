@@ -293,8 +293,8 @@ class PutPipeline:
 
     def _new_batch(self) -> _Batch:
         # With blocks, what is compressed alone (files above the small limit, mostly) is
-        # compressed at the block level too: on large files level 3 costs little more than 1.
-        level = self._level if self._blocks is None else blockmod.block_level(self._level)
+        # compressed at a level above 1 too (objstore/blocks.py).
+        level = self._level if self._blocks is None else blockmod.plain_level(self._level)
         return _Batch(None if self._dictionary is None else self._dictionary.active, level)
 
     def _new_pool(self) -> ThreadPoolExecutor:
