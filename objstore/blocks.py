@@ -38,10 +38,10 @@ SMALL_LIMIT = 256 << 10
 # stores as without blocks, with the dictionary.
 MIN_BLOCK_BYTES = 32 << 10
 MIN_BLOCK_MEMBERS = 4  # at least 2 (see putfiles.py)
-# Blocks compress at least at this level: zstd's greedy matcher (level 5) finds a tenth more
-# in a block of sources than level 3 does, for about twice its CPU, which is still less than a
-# frame per file costs at level 1 with a dictionary (bench/README.md).
-MIN_BLOCK_LEVEL = 5
+# Blocks compress at least at this level: on a block it costs about what level 1 with a
+# dictionary costs per file, and saves more. (Level 5, zstd's greedy matcher, finds a tenth
+# more in a block of sources for twice the CPU: `compression_level = 5` buys that.)
+MIN_BLOCK_LEVEL = 3
 # With blocks on, what a put compresses alone in its batches (larger files) is compressed at
 # least at this level: on large files level 3 costs little more than level 1.
 MIN_PLAIN_LEVEL = 3
