@@ -114,11 +114,12 @@ class PutPipeline:
         self._large_new: set[ObjectId] = set()  # large contents this call reported new
         self._pending: set[ObjectId] = set()  # read here, not written yet: a copy is not new
         self._dictionary = dictionary  # None: dictionaries are off (or nothing compresses)
-        # Small new contents gathered for the next block (None: blocks are off): id, content,
-        # stat, result slot; and their size in all.
+        # None: blocks are off (or nothing compresses).
         self._blocks = blocks if blocks is not None and blocks.enabled and self._level else None
         self._batch = self._new_batch()
         self._block_size = 0 if self._blocks is None else self._blocks.block_size
+        # Small new contents gathered for the next block: id, content, stat, result slot;
+        # and their size in all.
         self._members: list[tuple[ObjectId, bytes, FileState, list[Any]]] = []
         self._members_size = 0
         self._raise_format = raise_format
