@@ -179,7 +179,8 @@ def first_snapshot_case(source: Path, tools: Sequence[Tool], scratch: Path, *, r
             stats = tool.json(work, store, "stats")
             runs.append({"round": i, "tool": tool.name, "seconds": m.seconds,
                          "max_rss_kib": m.max_rss_kib, "create": record.get("stats"),
-                         "store": size, "stats": stats})
+                         "store": size, "stats": stats,
+                         "codecs": codec_sizes(tool, store) if i == 0 else None})
             say(f"  {m.seconds:.2f} s, {size['allocated_bytes'] / 1e6:.1f} MB allocated")
             shutil.rmtree(store.parent)
     by = {t.name: [r for r in runs if r["tool"] == t.name] for t in tools}
@@ -189,6 +190,36 @@ def first_snapshot_case(source: Path, tools: Sequence[Tool], scratch: Path, *, r
                                 for n, rs in by.items()},
             "apparent_bytes": {n: statistics.median(r["store"]["apparent_bytes"] for r in rs)
                                for n, rs in by.items()}}
+
+
+# Run by the tool's interpreter: per envelope codec (0 raw, 1 zstd, 2 dictionary, 3 delta,
+# 4 block member), the objects, their stored and content bytes; blocks are codec 0/1 objects
+# that members name, counted apart.
+_CODECS = r"""
+import json, sys
+from ckpt.objstore import codec
+from ckpt.objstore.store import ObjectStore
+store = ObjectStore.open(sys.argv[1])
+out, blocks = {}, set()
+for oid in store.backend.iter_ids():
+    stored = store.backend.get(oid)
+    row = out.setdefault(str(stored[4]), {"objects": 0, "stored_bytes": 0, "content_bytes": 0})
+    row["objects"] += 1
+    row["stored_bytes"] += len(stored)
+    row["content_bytes"] += codec.read_header(stored, oid)[1]
+    if stored[4] == 4:
+        blocks.add(codec.envelope_refs(stored, oid)[0])
+out["blocks"] = {"objects": len(blocks),
+                 "stored_bytes": sum(store.backend.stat(b).size for b in blocks)}
+print(json.dumps(out))
+"""
+
+
+def codec_sizes(tool: Tool, store: Path) -> dict[str, Any] | None:
+    """What each codec holds in ``store`` (see ``_CODECS``), or None if that failed."""
+    done = subprocess.run([tool.python, "-c", _CODECS, str(store)], env=tool.env,
+                          capture_output=True, text=True, check=False)
+    return json.loads(done.stdout) if done.returncode == 0 else None
 
 
 # -- django: releases one after another --------------------------------------------------------
@@ -578,6 +609,14 @@ def render(report: dict[str, Any]) -> str:
         if "median_ratio" in s:
             lines.append(f"ckpt/baseline time: {s['median_ratio']:.2f} (rounds: "
                          + " ".join(f"{r:.2f}" for r in s["ratios"]) + ")")
+        for run in res["runs"]:
+            blocks = (run.get("codecs") or {}).get("blocks")
+            if blocks and blocks["objects"]:
+                members = run["codecs"].get("4", {})
+                lines.append(f"{run['tool']}: {blocks['objects']:,} blocks "
+                             f"{_mb(blocks['stored_bytes'])} holding {members.get('objects', 0):,}"
+                             f" members ({_mb(members.get('content_bytes', 0))} content, "
+                             f"envelopes {_mb(members.get('stored_bytes', 0))})")
         alloc = res["allocated_bytes"]["ckpt"]
         lines.append(f"targets: store {_mb(alloc)} <= {_mb(LINUX_TARGET_BYTES)}: "
                      f"{'met' if alloc <= LINUX_TARGET_BYTES else 'NOT met'}"

@@ -21,6 +21,7 @@ from typing import Any
 
 from ckpt.checkpoints.errors import ConfigError
 from ckpt.objstore.atomicfile import write_atomically
+from ckpt.objstore.blocks import DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE
 from ckpt.objstore.codec import MAX_DELTA_DEPTH
 from ckpt.objstore.delta import DEFAULT_DELTA_CHAIN
 
@@ -111,6 +112,9 @@ class StoreConfig:
     # chains at most `delta_chain` deep (0: none); both as the store is opened.
     deltas: bool = True
     delta_chain: int = DEFAULT_DELTA_CHAIN
+    # A snapshot's new small files are stored together in blocks of about this many bytes
+    # (objstore/blocks.py); 0: one object each. As the store is opened.
+    block_size: int = DEFAULT_BLOCK_SIZE
 
     def __post_init__(self) -> None:
         for name, (check, _) in _FIELDS.items():
@@ -291,5 +295,6 @@ _FIELDS: dict[str, tuple[Callable[[object], object], Callable[[str], Any]]] = {
     "dictionaries": (_check_bool, _parse_bool),
     "deltas": (_check_bool, _parse_bool),
     "delta_chain": (_check_int(0, MAX_DELTA_DEPTH), _INT),
+    "block_size": (_check_int(0, MAX_BLOCK_SIZE), _parse_size),
 }
 assert set(_FIELDS) == set(CONFIG_KEYS), "every setting needs a check and a parser"

@@ -95,7 +95,7 @@ class Checkpoints(RemoteCalls):
         objects = ObjectStore.open(store_dir, StoreOptions(
             compression_level=config.compression_level, fsync=config.fsync,  # type: ignore[arg-type]
             dictionaries=config.dictionaries, deltas=config.deltas,
-            delta_chain=config.delta_chain))
+            delta_chain=config.delta_chain, block_size=config.block_size))
         catalog = Catalog.open(os.path.join(store_dir, "catalog.db"), fsync=config.fsync)  # type: ignore[arg-type]
         try:
             self.binding = self._bind(root, store_dir, session, config, catalog, clock)

@@ -11,8 +11,11 @@ Stored object envelope (all integers little-endian):
                     content as its raw-content prefix (zstd's patch-from); depth is the
                     number of objects a read decodes, this one included (a base that is no
                     delta has depth 0, so a delta on it has depth 1)
+    codec 4 member: body = block id (32) | offset varint | length varint: the content is
+                    bytes [offset, offset + length) of the block, an ordinary blob object
+                    (objstore/blocks.py); a member is no delta (depth 0)
 
-The dictionary and the base are objects of the same store, named by their ids, which
+The dictionary, the base and the block are objects of the same store, named by their ids, which
 `envelope_refs` reads from an envelope's first `REFS_PREFIX` bytes: whatever keeps an object
 readable (gc, repack, push to a remote) keeps those too.
 
@@ -45,6 +48,7 @@ CODEC_RAW = 0
 CODEC_ZSTD = 1
 CODEC_DICT = 2
 CODEC_DELTA = 3
+CODEC_BLOCK = 4
 _HEADER = struct.Struct("<3sBBQ")
 HEADER_SIZE = _HEADER.size
 REFS_PREFIX = HEADER_SIZE + OID_SIZE + 1  # enough of an envelope for `envelope_refs`
@@ -68,10 +72,12 @@ Frame = Any  # bytes-like: bytes or a zstandard BufferSegment (a slice of a batc
 
 
 class RefResolver(Protocol):
-    """What decoding a codec 2 or 3 envelope needs from its store (`ObjectStore` is one)."""
+    """What decoding a codec 2, 3 or 4 envelope needs from its store (`ObjectStore` is one)."""
 
     def dictionary(self, oid: ObjectId) -> DictionaryData: ...
     def base(self, oid: ObjectId) -> bytes: ...
+    def member(self, block: ObjectId, offset: int, length: int, oid: ObjectId | None
+               ) -> bytes: ...
 
 
 DictionaryData = zstandard.ZstdCompressionDict  # a loaded dictionary, ready for (de)compressors
@@ -268,12 +274,12 @@ def iter_encode_object(chunks: Iterator[bytes], length: int, level: int) -> Iter
 
 def envelope_refs(stored: bytes | memoryview, oid: ObjectId | None = None
                   ) -> tuple[ObjectId, ...]:
-    """The ids an envelope needs to be decoded (its dictionary or delta base; () for raw and
+    """The ids an envelope needs to be decoded (its dictionary, delta base or block; () for raw and
     plain zstd), from at least its first `REFS_PREFIX` bytes (fewer for codecs 0 and 1)."""
     if len(stored) < HEADER_SIZE:
         raise CorruptObject(oid, f"truncated header ({len(stored)} bytes)")
     codec = stored[4]
-    if codec in (CODEC_DICT, CODEC_DELTA):
+    if codec in (CODEC_DICT, CODEC_DELTA, CODEC_BLOCK):
         if len(stored) < HEADER_SIZE + OID_SIZE:
             raise CorruptObject(oid, "truncated envelope reference")
         return (ObjectId(bytes(stored[HEADER_SIZE:HEADER_SIZE + OID_SIZE])),)
@@ -343,7 +349,7 @@ def read_header(stored: bytes | memoryview, oid: ObjectId | None) -> tuple[int, 
         raise CorruptObject(oid, "bad magic")
     if version != FORMAT:
         raise CorruptObject(oid, f"unknown object format {version}")
-    if codec not in (CODEC_RAW, CODEC_ZSTD, CODEC_DICT, CODEC_DELTA):
+    if codec not in (CODEC_RAW, CODEC_ZSTD, CODEC_DICT, CODEC_DELTA, CODEC_BLOCK):
         raise CorruptObject(oid, f"unknown codec {codec}")
     return codec, length
 
@@ -359,6 +365,8 @@ def decode_object(
         raise CorruptObject(oid, f"declared size {length} exceeds the in-memory limit {max_size}")
     body = memoryview(stored)[HEADER_SIZE:]
     decompressor = None
+    if codec == CODEC_BLOCK:
+        return _member(stored, length, oid, refs)
     if codec == CODEC_DICT:
         decompressor, body = _with_dictionary(body, oid, refs)
     if codec == CODEC_RAW:
@@ -408,14 +416,96 @@ def _with_dictionary(body: memoryview, oid: ObjectId | None, refs: RefResolver |
     return _dict_decompressor((dictionary_id, dictionary)), body[OID_SIZE:]
 
 
+def member_envelope(length: int, block: ObjectId, offset: int) -> bytes:
+    """The stored bytes of a block's member (codec 4): content of `length` bytes at `offset`
+    in the content of the block `block`."""
+    return (_HEADER.pack(MAGIC, FORMAT, CODEC_BLOCK, length) + block + _varint(offset)
+            + _varint(length))
+
+
+def member_header(stored: bytes | memoryview, oid: ObjectId | None = None
+                  ) -> tuple[ObjectId, int, int]:
+    """(block id, offset, length) of a codec 4 envelope; its length must be the header's."""
+    _, declared = read_header(stored, oid)
+    at = HEADER_SIZE + OID_SIZE
+    if len(stored) < at:
+        raise CorruptObject(oid, "truncated envelope reference")
+    offset, at = _read_varint(stored, at, oid)
+    length, at = _read_varint(stored, at, oid)
+    if at != len(stored) or length != declared:
+        raise CorruptObject(oid, "malformed block member envelope")
+    return ObjectId(bytes(stored[HEADER_SIZE:HEADER_SIZE + OID_SIZE])), offset, length
+
+
+def _member(stored: bytes, length: int, oid: ObjectId | None, refs: RefResolver | None
+            ) -> bytes:
+    block, offset, _ = member_header(stored, oid)
+    if refs is None:
+        raise CorruptObject(oid, "a block member needs its block to be decoded")
+    data = refs.member(block, offset, length, oid)
+    if len(data) != length:
+        raise CorruptObject(oid, f"content is {len(data)} bytes, header says {length}")
+    return data
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _read_varint(data: bytes | memoryview, at: int, oid: ObjectId | None) -> tuple[int, int]:
+    value = shift = 0
+    while at < len(data) and shift <= 63:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+    raise CorruptObject(oid, "malformed varint in a block member envelope")
+
+
+def decompress_prefix(frame: bytes | memoryview, size: int, oid: ObjectId | None, *,
+                      declared: int) -> bytes:
+    """The first `size` bytes of the content of one zstd `frame`, which must declare
+    `declared` bytes (fewer if the content is shorter): decompression stops once they are
+    out."""
+    try:
+        framed = zstandard.frame_content_size(frame)
+        if framed != declared:
+            raise CorruptObject(oid, f"zstd frame declares {framed} bytes, header {declared}")
+        # Its own decompressor per thread: a reader dropped before the frame's end leaves its
+        # context mid-frame, which the next reader resets (the thread's one-shot decompressor
+        # is never left so).
+        decompressor: zstandard.ZstdDecompressor | None = getattr(_local, "prefix", None)
+        if decompressor is None:
+            decompressor = _local.prefix = zstandard.ZstdDecompressor()
+        reader = decompressor.stream_reader(frame, read_across_frames=False)
+        parts = []
+        got = 0
+        while got < size:
+            chunk = reader.read(size - got)
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+    except zstandard.ZstdError as exc:
+        raise CorruptObject(oid, f"zstd: {exc}") from None
+    return b"".join(parts)
+
+
 def iter_decode_object(stream: BinaryIO, oid: ObjectId | None, *,
                        refs: RefResolver | None = None) -> Iterator[bytes]:
     """Stream the content of an envelope read from `stream`, bounded by the declared length.
-    A codec 2 or 3 envelope (a small object, a delta: never larger than fits in memory) is
-    decoded whole, with `refs`."""
+    A codec 2, 3 or 4 envelope (a small object, a delta, a block's member: never larger than
+    fits in memory) is decoded whole, with `refs`."""
     header = stream.read(HEADER_SIZE)
     codec, length = read_header(header, oid)
-    if codec in (CODEC_DICT, CODEC_DELTA):
+    if codec in (CODEC_DICT, CODEC_DELTA, CODEC_BLOCK):
         yield decode_object(header + stream.read(MAX_INMEMORY_SIZE), oid, refs=refs)
         return
     source: Any = stream
@@ -519,6 +609,7 @@ def unpack_data(data: bytes | memoryview, *, what: str = "data") -> Any:
 
 __all__ = [
     "CHUNK_SIZE",
+    "CODEC_BLOCK",
     "HEADER_SIZE",
     "MAX_DELTA_DEPTH",
     "ObjstoreError",
@@ -535,6 +626,8 @@ __all__ = [
     "envelope",
     "iter_decode_object",
     "iter_encode_object",
+    "member_envelope",
+    "member_header",
     "needs_compression",
     "pack_data",
     "read_header",

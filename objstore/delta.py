@@ -109,6 +109,10 @@ class _Known:
     def dictionary(self, oid: ObjectId) -> Any:
         return self._refs.dictionary(oid)
 
+    def member(self, block: ObjectId, offset: int, length: int, oid: ObjectId | None
+               ) -> bytes:
+        return self._refs.member(block, offset, length, oid)
+
 
 def read_base(backend: Backend, oid: ObjectId, refs: codec.RefResolver) -> bytes:
     """The verified content of `oid`, a delta's base, read down its chain without recursion

@@ -13,7 +13,10 @@ The algorithm, one call of `put_files`:
         dedupe  hash the content here; content stored already, or read earlier in this call,
                 is a result now, not a write
         batch   new content joins the open batch; a full batch goes to a pool thread to be
-                compressed (one native zstd call, without the GIL)
+                compressed (one native zstd call, without the GIL); new small content with no
+                delta hint joins the open block instead, which joins the batch when full
+                (objstore/blocks.py), and the last open block, if too small to be worth one,
+                joins it object by object
         write   the oldest batches, once compressed, are written in order and fill their
                 results; when more than a few batches are out and the oldest is not done, this
                 thread compresses one that no pool thread has started instead of waiting
@@ -36,6 +39,7 @@ from functools import partial
 from itertools import repeat
 from typing import Any
 
+from ckpt.objstore import blocks as blockmod
 from ckpt.objstore import codec
 from ckpt.objstore.dictionary import SMALL_BOUND, PutDictionary
 from ckpt.objstore.errors import ContentChanged
@@ -81,14 +85,17 @@ class PutPipeline:
     (stream one large file).
     """
 
-    __slots__ = ("_batch", "_dictionary", "_encode_delta", "_inflight", "_keep", "_large_new",
-                 "_level", "_pending", "_pool", "_put_absent_many", "_put_large", "_refresh", "_slots",
-                 "_threshold", "_workers")
+    __slots__ = ("_batch", "_block_size", "_blocks", "_dictionary", "_encode_delta",
+                 "_inflight", "_keep", "_large_new", "_level", "_members", "_members_size",
+                 "_pending", "_pool", "_put_absent_many", "_put_large", "_raise_format",
+                 "_refresh", "_slots", "_threshold", "_workers")
 
     def __init__(self, *, refresh: Callable[[ObjectId], bool], put_absent_many: PutAbsentMany,
                  put_large: PutLarge, compression_level: int, stream_threshold: int,
                  threads: int, dictionary: PutDictionary | None = None,
-                 encode_delta: EncodeDelta | None = None) -> None:
+                 encode_delta: EncodeDelta | None = None,
+                 blocks: blockmod.BlockOptions | None = None,
+                 raise_format: Callable[[], None] | None = None) -> None:
         self._refresh = refresh
         self._encode_delta = encode_delta
         self._put_absent_many = put_absent_many
@@ -107,7 +114,15 @@ class PutPipeline:
         self._large_new: set[ObjectId] = set()  # large contents this call reported new
         self._pending: set[ObjectId] = set()  # read here, not written yet: a copy is not new
         self._dictionary = dictionary  # None: dictionaries are off (or nothing compresses)
+        # None: blocks are off (or nothing compresses).
+        self._blocks = blocks if blocks is not None and blocks.enabled and self._level else None
         self._batch = self._new_batch()
+        self._block_size = 0 if self._blocks is None else self._blocks.block_size
+        # Small new contents gathered for the next block: id, content, stat, result slot;
+        # and their size in all.
+        self._members: list[tuple[ObjectId, bytes, FileState, list[Any]]] = []
+        self._members_size = 0
+        self._raise_format = raise_format
 
     def run(self, paths: Iterable[str | bytes],
             bases: Iterable[ObjectId | None] | None = None) -> Iterator[Outcome]:
@@ -188,14 +203,64 @@ class PutPipeline:
         self._pending.add(oid)
         slot: list[Any] = [None]
         self._slots.append(slot)
-        batch = self._batch
-        batch.add(oid, data, before, slot, self._level > 0 and len(data) > _MIN_COMPRESSED)
         if self._dictionary is not None and len(data) <= SMALL_BOUND:
             self._dictionary.offer(data)
+        blocks = self._blocks
+        # Contents too short to compress stay raw objects (a member's envelope would weigh
+        # more); so a block of two members or more is longer than any of them, never one of
+        # them under another name.
+        if (blocks is not None and hint is None
+                and _MIN_COMPRESSED < len(data) <= blocks.small_limit):
+            members = self._members
+            members.append((oid, data, before, slot))
+            self._members_size += len(data)
+            if self._members_size >= self._block_size and len(members) > 1:
+                self._seal_block()
+            return
+        self._add_object(oid, data, before, slot, hint)
+
+    def _add_object(self, oid: ObjectId, data: bytes, before: FileState, slot: list[Any],
+                    hint: ObjectId | None) -> None:
+        """Content to store as an object of its own, in the open batch."""
+        batch = self._batch
+        batch.add(oid, data, before, slot, self._level > 0 and len(data) > _MIN_COMPRESSED)
         if hint is not None and self._encode_delta is not None:
             batch.hints[oid] = hint
+        self._send_if_full()
+
+    def _send_if_full(self) -> None:
+        batch = self._batch
         if batch.size >= _BATCH_BYTES or len(batch.items) >= _BATCH_ITEMS:
             self._send_batch()
+
+    def _seal_block(self) -> None:
+        """The gathered contents as one block of the open batch."""
+        members, self._members, self._members_size = self._members, [], 0
+        content = b"".join([member[1] for member in members])
+        oid = hash_bytes(content, parallel=False)
+        # A block of the same content stored already (the same files put again): only the
+        # members are new.
+        present = oid in self._pending or self._refresh(oid)
+        if not present:
+            self._pending.add(oid)
+        at = 0
+        placed = []
+        for member, data, before, slot in members:
+            placed.append((member, len(data), before, slot, at))
+            at += len(data)
+        self._batch.add_block(_Block(oid, content, placed, present=present))
+        self._send_if_full()
+
+    def _flush_members(self) -> None:
+        """The last gathered contents: a block if worth one, else objects one by one."""
+        if not self._members:
+            return
+        if blockmod.worth_a_block(len(self._members), self._members_size):
+            self._seal_block()
+            return
+        members, self._members, self._members_size = self._members, [], 0
+        for oid, data, before, slot in members:
+            self._add_object(oid, data, before, slot, None)
 
     def _send_batch(self) -> None:
         """The full batch to a pool thread (here, when nothing compresses on a pool)."""
@@ -228,7 +293,10 @@ class PutPipeline:
                 self._large_new.add(result.oid)
 
     def _new_batch(self) -> _Batch:
-        return _Batch(None if self._dictionary is None else self._dictionary.active)
+        # With blocks, what is compressed alone (files above the small limit, mostly) is
+        # compressed at a level above 1 too (objstore/blocks.py).
+        level = self._level if self._blocks is None else blockmod.plain_level(self._level)
+        return _Batch(None if self._dictionary is None else self._dictionary.active, level)
 
     def _new_pool(self) -> ThreadPoolExecutor:
         # Whole batches side by side, one thread each: a batch split across the threads leaves
@@ -256,31 +324,69 @@ class PutPipeline:
                 self._write_batch(oldest)
 
     def _write_batch(self, batch: _Batch) -> None:
-        frames = batch.frames()
+        plain, small, block_frames = batch.frames()
         if batch.dictionary is not None:
-            objects = self._envelopes_with_dictionary(batch, frames)
+            objects = self._envelopes_with_dictionary(batch, plain, small)
         else:
             envelope = codec.envelope
             objects = [
-                (oid, envelope(data, frames[index] if index >= 0 else None))
+                (oid, envelope(data, plain[index] if index >= 0 else None))
                 for oid, data, _, _, index in batch.items
             ]
         if batch.hints:
             self._choose_deltas(batch, objects)
+        count = len(objects)
+        if batch.blocks:
+            self._add_blocks(batch, block_frames, objects)
         written = self._put_absent_many(objects)
         # A concurrent writer may have stored one since the refresh: then nothing was written.
         pending = self._pending
-        for (oid, data, before, slot, _), (_, stored), is_new in zip(batch.items, objects, written):
+        for (oid, data, before, slot, _), (_, stored), is_new in zip(
+                batch.items, objects, written):
             slot[0] = PutResult(oid, len(data), is_new, len(stored) if is_new else 0, before)
             pending.discard(oid)
+        if batch.blocks:
+            self._fill_members(batch, objects[count:], written[count:])
 
-    def _envelopes_with_dictionary(self, batch: _Batch, frames: Sequence[Any]
-                                   ) -> list[tuple[ObjectId, bytes]]:
-        """`_write_batch`'s envelopes of a batch made with a dictionary: its frames are a pair,
-        (the others', the small objects') (see `_Batch.add`)."""
+    def _add_blocks(self, batch: _Batch, frames: Sequence[Any],
+                    objects: list[tuple[ObjectId, bytes]]) -> None:
+        """Each block of `batch` (unless stored already), then its members, onto `objects`."""
+        if self._raise_format is not None:
+            self._raise_format()  # before the first member: an older ckpt refuses the store
+        member_envelope = codec.member_envelope
+        compressed = iter(frames)  # one frame per block not stored already, in order
+        for block in batch.blocks:
+            if not block.present:
+                objects.append((block.oid, codec.envelope(block.content, next(compressed))))
+            objects.extend((oid, member_envelope(size, block.oid, offset))
+                           for oid, size, _, _, offset in block.members)
+
+    def _fill_members(self, batch: _Batch, objects: Sequence[tuple[ObjectId, bytes]],
+                      written: Sequence[bool]) -> None:
+        """The results of the blocks' members: each is charged its envelope and its share of
+        its block's stored bytes, so that the results add up to what was written."""
+        pending = self._pending
+        at = 0
+        for block in batch.blocks:
+            block_stored = 0
+            if not block.present:
+                block_stored = len(objects[at][1]) if written[at] else 0
+                pending.discard(block.oid)
+                at += 1
+            share = block_stored / max(1, len(block.content))
+            for oid, size, before, slot, _ in block.members:
+                is_new = written[at]
+                stored = len(objects[at][1]) + round(size * share) if is_new else 0
+                slot[0] = PutResult(oid, size, is_new, stored, before)
+                pending.discard(oid)
+                at += 1
+
+    def _envelopes_with_dictionary(self, batch: _Batch, plain: Sequence[Any],
+                                   small: Sequence[Any]) -> list[tuple[ObjectId, bytes]]:
+        """`_write_batch`'s envelopes of a batch made with a dictionary: the others' frames
+        and the small objects' (see `_Batch.add`)."""
         assert batch.dictionary is not None and self._dictionary is not None
         dictionary_id = batch.dictionary[0]
-        plain, small = frames or ((), ())
         objects = []
         for oid, data, _, _, index in batch.items:
             if index <= _SMALL:
@@ -291,6 +397,7 @@ class PutPipeline:
                 stored = codec.envelope(data, plain[index] if index >= 0 else None)
             objects.append((oid, stored))
         return objects
+
     def _choose_deltas(self, batch: _Batch, objects: list[tuple[ObjectId, bytes]]) -> None:
         """Each object of `batch` with a hint as a delta where it pays (objstore/delta.py);
         here, in this thread: a turn's few changed files, each against its chain."""
@@ -303,6 +410,7 @@ class PutPipeline:
                 objects[at] = (oid, encode(oid, data, hint, objects[at][1]))
 
     def _write_last_batch(self) -> None:
+        self._flush_members()
         self._batch.compress(self._level)  # no pool thread could start it sooner than this one
         self._inflight.append(self._batch)
         self._write_compressed(0)
@@ -320,10 +428,12 @@ class PutPipeline:
 class _Batch:
     """New objects read by `put_files`, compressed together, then written in order."""
 
-    __slots__ = ("_frames", "_future", "dictionary", "hints", "inputs", "items", "size",
-                 "small")
+    __slots__ = ("_frames", "_future", "blocks", "dictionary", "hints", "inputs", "items",
+                 "plain_level", "size", "small")
 
-    def __init__(self, dictionary: codec.Dictionary | None = None) -> None:
+    def __init__(self, dictionary: codec.Dictionary | None = None,
+                 plain_level: int = 0) -> None:
+        self.plain_level = plain_level  # of `inputs` (the batch's level when 0)
         # oid, content, stat before reading, result slot, index in `inputs` (-1: stored raw;
         # with a dictionary, `_SMALL - i` for `small[i]`)
         self.items: list[tuple[ObjectId, bytes, FileState, list[Any], int]] = []
@@ -331,9 +441,10 @@ class _Batch:
         self.dictionary = dictionary  # small contents are compressed with it
         self.small: list[bytes] = []  # the contents to compress with `dictionary`
         self.hints: dict[ObjectId, ObjectId] = {}  # id -> its delta hint, where one was given
+        self.blocks: list[_Block] = []  # written after the objects above, each before its members
         self.size = 0
         self._future: Future[Any] | None = None
-        self._frames: Any = ()  # compressed by `compress`, in the calling thread
+        self._frames: Any = ((), (), ())  # compressed by `compress`, in the calling thread
 
     def add(self, oid: ObjectId, data: bytes, before: FileState, slot: list[Any],
             compress: bool) -> None:
@@ -347,21 +458,29 @@ class _Batch:
         self.items.append((oid, data, before, slot, index))
         self.size += len(data)
 
+    def add_block(self, block: _Block) -> None:
+        self.blocks.append(block)
+        self.size += len(block.content)
+
+    def _work(self) -> tuple[list[bytes], list[bytes], list[bytes]]:
+        """What to compress: (plain contents, small ones for the dictionary, blocks)."""
+        return self.inputs, self.small, [b.content for b in self.blocks if not b.present]
+
+    def _idle(self) -> bool:
+        return not (self.inputs or self.small or any(not b.present for b in self.blocks))
+
     def submit(self, pool: ThreadPoolExecutor | None, level: int) -> None:
         """Compress on one of `pool`'s threads, one native zstd thread (batches run side by
         side, see `PutPipeline._new_pool`)."""
-        if self.dictionary is not None and pool is not None:
-            self._future = pool.submit(_compress_pair, self.inputs, self.small, level,
-                                       self.dictionary)
-        elif self.inputs and pool is not None:
-            self._future = pool.submit(codec.compress_batch, self.inputs, level, 1)
+        if pool is not None and level > 0 and not self._idle():
+            self._future = pool.submit(_compress_all, *self._work(), level, self.dictionary,
+                                       self.plain_level or level)
 
     def compress(self, level: int) -> None:
         """Compress here, in the calling thread."""
-        if self.dictionary is not None and level > 0:
-            self._frames = _compress_pair(self.inputs, self.small, level, self.dictionary)
-        elif self.inputs and level > 0:
-            self._frames = codec.compress_batch(self.inputs, level, 1)
+        if level > 0 and not self._idle():
+            self._frames = _compress_all(*self._work(), level, self.dictionary,
+                                         self.plain_level or level)
 
     def take_back(self, level: int) -> bool:
         """Compress here if no pool thread has started on this batch: whether it did."""
@@ -374,21 +493,42 @@ class _Batch:
     def done(self) -> bool:
         return self._future is None or self._future.done()
 
-    def frames(self) -> Any:
-        """The frames (with a dictionary: the pair of `_compress_pair`)."""
-        return self._future.result() if self._future is not None else self._frames
+    def frames(self) -> tuple[Sequence[Any], Sequence[Any], Sequence[Any]]:
+        """The frames of `_compress_all`: (plain, small with the dictionary, blocks)."""
+        frames: tuple[Sequence[Any], Sequence[Any], Sequence[Any]] = (
+            self._future.result() if self._future is not None else self._frames)
+        return frames
 
 
 _SMALL = -2  # `_Batch.items` index of its first small content (then -3, -4, ...)
 
 
-def _compress_pair(inputs: list[bytes], small: list[bytes], level: int,
-                   dictionary: codec.Dictionary) -> tuple[Sequence[Any], Sequence[Any]]:
-    """A dictionary batch's frames: (`inputs`' plain, `small`'s with `dictionary`)."""
-    plain: Sequence[Any] = codec.compress_batch(inputs, level, 1) if inputs else ()
+class _Block:
+    """A block of a batch: its id and content, and its members as (id, size, stat, result
+    slot, offset); `present`: stored already (only its members are written)."""
+
+    __slots__ = ("content", "members", "oid", "present")
+
+    def __init__(self, oid: ObjectId, content: bytes,
+                 members: list[tuple[ObjectId, int, FileState, list[Any], int]], *,
+                 present: bool) -> None:
+        self.oid = oid
+        self.content = content
+        self.members = members
+        self.present = present
+
+
+def _compress_all(inputs: list[bytes], small: list[bytes], blocks: list[bytes], level: int,
+                  dictionary: codec.Dictionary | None, plain_level: int
+                  ) -> tuple[Sequence[Any], Sequence[Any], Sequence[Any]]:
+    """A batch's frames: `inputs`' plain at `plain_level`, `small`'s with `dictionary` at
+    `level`, `blocks`' at the block level (objstore/blocks.py)."""
+    plain: Sequence[Any] = codec.compress_batch(inputs, plain_level, 1) if inputs else ()
     frames: Sequence[Any] = (codec.compress_batch_with_dictionary(small, level, dictionary)
-                             if small else ())
-    return plain, frames
+                             if small and dictionary is not None else ())
+    packed: Sequence[Any] = (codec.compress_batch(blocks, blockmod.block_level(level), 1)
+                             if blocks else ())
+    return plain, frames, packed
 
 
 class _LargeFile:

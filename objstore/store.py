@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Literal, Protocol
 
-from ckpt.objstore import codec, delta
+from ckpt.objstore import blocks, codec, delta
 from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.backend import Backend, BulkBackend, FsyncPolicy, LocatedBackend, Repairable
 from ckpt.objstore.dictionary import SMALL_BOUND, Dictionaries, PutDictionary, Trained, train
@@ -41,11 +41,13 @@ from ckpt.objstore.objects import Tree
 from ckpt.objstore.pack import PACKS_DIR, PackedBackend
 from ckpt.objstore.safeopen import check_directories, open_file
 
-FORMAT_VERSION = 2
-# Format 1 never holds a dictionary or delta object (codec 2 or 3); such a store is read as it
-# is and raised to 2 by the first write of one (`ensure_format`), so an older ckpt refuses it
-# with UnsupportedFormat instead of reporting objects it cannot decode as corrupt.
-READABLE_FORMATS = (1, 2)
+FORMAT_VERSION = 3
+# Format 1 never holds a dictionary or delta object (codec 2 or 3), format 2 never a block
+# member (codec 4); such a store is read as it is and raised by the first write of one
+# (`ensure_format`: 2, or 3 for members), so an older ckpt refuses it with UnsupportedFormat
+# instead of reporting objects it cannot decode as corrupt.
+BLOCKS_FORMAT = 3
+READABLE_FORMATS = (1, 2, 3)
 FORMAT_FILE = "format"
 _FORMAT_TAG = "ckpt-objstore"
 _TREE_CACHE_SIZE = 8192
@@ -68,6 +70,9 @@ class StoreOptions:
     # in chains at most `delta_chain` deep (objstore/delta.py).
     deltas: bool = True
     delta_chain: int = delta.DEFAULT_DELTA_CHAIN
+    # `put_files` stores its new small blobs (no delta hint) in blocks of about this many raw
+    # bytes (objstore/blocks.py); 0: one object each.
+    block_size: int = blocks.DEFAULT_BLOCK_SIZE
 
 
 class FileState(Protocol):
@@ -109,6 +114,7 @@ class ObjectStore:
         self._format_path: str | None = None
         self._dictionaries = Dictionaries(None, enabled=options.dictionaries)
         self._deltas = self._delta_encoder(None)
+        self._blocks = blocks.BlockCache()
 
     # -- opening -----------------------------------------------------------------------
 
@@ -270,7 +276,9 @@ class ObjectStore:
             put_large=self._put_large, compression_level=self.options.compression_level,
             stream_threshold=self.options.stream_threshold, threads=threads,
             dictionary=self._put_dictionary(),
-            encode_delta=None if bases is None else self._deltas.encode)
+            encode_delta=None if bases is None else self._deltas.encode,
+            blocks=blocks.BlockOptions(self.options.block_size),
+            raise_format=lambda: self.ensure_format(BLOCKS_FORMAT))
         return pipeline.run(paths, bases)
 
     def _put_absent_many(self, objects: Sequence[tuple[ObjectId, bytes]]) -> list[bool]:
@@ -399,6 +407,11 @@ class ObjectStore:
         """`codec.RefResolver`: the verified content of a delta's base."""
         return delta.read_base(self.backend, oid, self)
 
+    def member(self, block: ObjectId, offset: int, length: int, oid: ObjectId | None
+               ) -> bytes:
+        """`codec.RefResolver`: a block member's content, not yet verified (objstore/blocks.py)."""
+        return blocks.read_member(self.backend, self._blocks, block, offset, length, oid)
+
     def delta_savings(self) -> int:
         """Bytes the deltas in the store saved over storing their contents plain."""
         return self._deltas.ledger.saved(self.backend)
@@ -448,6 +461,7 @@ class ObjectStore:
 
     def forget_cached(self) -> None:
         self._trees.clear()
+        self._blocks.clear()
         self._dictionaries.forget_loaded()  # read and verified again on next use
 
     # -- dictionaries (objstore/dictionary.py) -------------------------------------------

@@ -3,7 +3,7 @@
 API (what `cli/` calls; keep it stable)::
 
     run_tuning(root, *, store=None, levels=(1, 3, 6), threads=(1, 0), dictionaries=None,
-               deltas=None, delta_chains=None, max_files=20_000, max_bytes=2 << 30,
+               deltas=None, delta_chains=None, block_sizes=None, max_files=20_000, max_bytes=2 << 30,
                time_budget=300.0, on_too_large="sample", repeats=1, seed=1,
                scratch_dir=None, progress=None, clock=time.perf_counter) -> TuningResult
     render_table(result: TuningResult) -> str      # the human-readable table, no trailing newline
@@ -30,8 +30,10 @@ API (what `cli/` calls; keep it stable)::
   settings (``dictionaries``, ``deltas``, ``delta_chain`` of its config, or the defaults), then
   one row per other value of a storage setting, that setting alone changed, at the default
   level and threads (or the grid's first): ``dictionaries``/``deltas`` (each a sequence of
-  bools; None: the configured value, then the other) and ``delta_chains`` (None: the
-  configured one only; a chain matters only over many turns of the same files).
+  bools; None: the configured value, then the other), ``delta_chains`` (None: the
+  configured one only; a chain matters only over many turns of the same files) and
+  ``block_sizes`` (None: the configured one, then blocks off, or on at the default size when
+  they are off: blocks shrink a first snapshot and cost a revert a little).
 - Per grid row, in a fresh temporary store outside the copy: the first snapshot, a no-change
   snapshot, then a seeded small turn (up to 20 files edited, 5 added, 5 deleted; the same turn
   for every row), its snapshot, and a default restore to the first snapshot (its pre-restore
@@ -79,7 +81,8 @@ DEFAULT_LEVELS = (1, 3, 6)
 DEFAULT_THREADS = (1, 0)
 DEFAULT_SETTING = (StoreConfig().compression_level, StoreConfig().threads)
 # The storage settings the grid varies one at a time, where this ckpt has them.
-STORAGE_KEYS = tuple(k for k in ("dictionaries", "deltas", "delta_chain") if k in CONFIG_KEYS)
+STORAGE_KEYS = tuple(k for k in ("dictionaries", "deltas", "delta_chain", "block_size")
+                     if k in CONFIG_KEYS)
 SESSION_TURNS = 100  # the session a store size is judged by: the first snapshot + N such turns
 STORE_SLACK = 1.10  # "within 10% of the smallest store"
 DEFAULT_SLACK = 1.05  # keep the defaults when they are this close to the fastest
@@ -102,6 +105,7 @@ class Storage:
     dictionaries: bool | None = None
     deltas: bool | None = None
     delta_chain: int | None = None
+    block_size: int | None = None
 
     @classmethod
     def of(cls, config: StoreConfig) -> Storage:
@@ -122,6 +126,7 @@ class TuningRow:
     dictionaries: bool | None = None  # the storage settings (None: not a setting of this ckpt)
     deltas: bool | None = None
     delta_chain: int | None = None
+    block_size: int | None = None
     snapshot_s: float | None = None
     no_change_s: float | None = None
     turn_s: float | None = None  # the snapshot after the turn
@@ -139,7 +144,7 @@ class TuningRow:
 
     @property
     def storage(self) -> Storage:
-        return Storage(self.dictionaries, self.deltas, self.delta_chain)
+        return Storage(self.dictionaries, self.deltas, self.delta_chain, self.block_size)
 
     @property
     def setting(self) -> tuple[int, int, Storage]:
@@ -167,12 +172,14 @@ class Recommendation:
     dictionaries: bool | None = None
     deltas: bool | None = None
     delta_chain: int | None = None
+    block_size: int | None = None
 
     @property
     def commands(self) -> list[str]:
         settings: dict[str, object] = {"compression_level": self.compression_level,
                                        "threads": self.threads}
-        settings.update(Storage(self.dictionaries, self.deltas, self.delta_chain).settings())
+        settings.update(Storage(self.dictionaries, self.deltas, self.delta_chain,
+                                self.block_size).settings())
         return [f"ckpt config set {key} {_config_text(value)}" for key, value in settings.items()]
 
 
@@ -387,7 +394,8 @@ def _median_row(level: int, threads: int, storage: Storage,
     merged["session_store_bytes"] = (merged["store_allocated_bytes"]
                                      + SESSION_TURNS * merged["turn_store_bytes"])
     return TuningRow(level, threads, threads or os.cpu_count() or 1,
-                     storage.dictionaries, storage.deltas, storage.delta_chain, **merged)
+                     storage.dictionaries, storage.deltas, storage.delta_chain,
+                     storage.block_size, **merged)
 
 
 def default_setting() -> tuple[int, int, Storage]:
@@ -417,7 +425,7 @@ def recommend(rows: Sequence[TuningRow]) -> Recommendation:
 
 def _recommendation(row: TuningRow, reason: str) -> Recommendation:
     return Recommendation(row.compression_level, row.threads, reason, row.dictionaries,
-                          row.deltas, row.delta_chain)
+                          row.deltas, row.delta_chain, row.block_size)
 
 
 def _setting(row: TuningRow) -> str:
@@ -486,7 +494,7 @@ def _run_grid(copy: Path, scratch: Path, configs: Sequence[StoreConfig], turn: T
         elapsed = clock() - started
         if rows and elapsed + max(row_seconds) > time_budget:
             rows.append(TuningRow(level, t, t or os.cpu_count() or 1, storage.dictionaries,
-                                  storage.deltas, storage.delta_chain,
+                                  storage.deltas, storage.delta_chain, storage.block_size,
                                   skipped=f"time budget of {time_budget:g} s reached"))
             continue
         say(f"[{index + 1}/{len(configs)}] compression level {level}, threads {t or 'auto'}"
@@ -501,7 +509,8 @@ def _run_grid(copy: Path, scratch: Path, configs: Sequence[StoreConfig], turn: T
 
 def grid_configs(base: StoreConfig, levels: Sequence[int], threads: Sequence[int], *,
                  dictionaries: Sequence[bool] | None = None, deltas: Sequence[bool] | None = None,
-                 delta_chains: Sequence[int] | None = None) -> list[StoreConfig]:
+                 delta_chains: Sequence[int] | None = None,
+                 block_sizes: Sequence[int] | None = None) -> list[StoreConfig]:
     """The settings to measure, in order: levels x threads at ``base``'s storage settings, then
     each other storage value alone at the default level and threads (or the grid's first).
 
@@ -512,12 +521,18 @@ def grid_configs(base: StoreConfig, levels: Sequence[int], threads: Sequence[int
     at = next((c for c in configs if (c.compression_level, c.threads) == DEFAULT_SETTING),
               configs[0])
     asked: dict[str, Sequence[Any] | None] = {
-        "dictionaries": dictionaries, "deltas": deltas, "delta_chain": delta_chains}
+        "dictionaries": dictionaries, "deltas": deltas, "delta_chain": delta_chains,
+        "block_size": block_sizes}
     for key in STORAGE_KEYS:
         current = getattr(base, key)
         values = asked[key]
-        if values is None:  # the other value of a switch; a chain only when asked for
-            values = [current, not current] if isinstance(current, bool) else [current]
+        if values is None:  # the other value of a switch; blocks on or off; a chain only
+            if isinstance(current, bool):  # when asked for
+                values = [current, not current]
+            elif key == "block_size":
+                values = [current, 0 if current else StoreConfig().block_size]
+            else:
+                values = [current]
         changes: list[dict[str, Any]] = [{key: v} for v in dict.fromkeys(values) if v != current]
         configs += [dataclasses.replace(at, **change) for change in changes]
     return configs
@@ -526,7 +541,8 @@ def grid_configs(base: StoreConfig, levels: Sequence[int], threads: Sequence[int
 def run_tuning(root: str | os.PathLike[str], *, store: str | os.PathLike[str] | None = None,
                levels: Sequence[int] = DEFAULT_LEVELS, threads: Sequence[int] = DEFAULT_THREADS,
                dictionaries: Sequence[bool] | None = None, deltas: Sequence[bool] | None = None,
-               delta_chains: Sequence[int] | None = None, max_files: int = 20_000, max_bytes: int = 2 << 30, time_budget: float = 300.0,
+               delta_chains: Sequence[int] | None = None,
+               block_sizes: Sequence[int] | None = None, max_files: int = 20_000, max_bytes: int = 2 << 30, time_budget: float = 300.0,
                on_too_large: Literal["sample", "refuse"] = "sample", repeats: int = 1,
                seed: int = 1, scratch_dir: str | os.PathLike[str] | None = None,
                progress: Progress | None = None,
@@ -543,7 +559,8 @@ def run_tuning(root: str | os.PathLike[str], *, store: str | os.PathLike[str] | 
         raise TuningError("give at least one compression level and one thread count")
     store_abs = os.path.abspath(os.fspath(store)) if store else os.path.join(root_abs, STORE_NAME)
     configs = grid_configs(_user_config(store_abs), levels, threads,
-                           dictionaries=dictionaries, deltas=deltas, delta_chains=delta_chains)
+                           dictionaries=dictionaries, deltas=deltas, delta_chains=delta_chains,
+                           block_sizes=block_sizes)
 
     say(f"listing what a snapshot of {root_abs} captures")
     capture = _bounded_capture(root_abs, store_abs, configs[0], max_files=max_files,
@@ -583,7 +600,8 @@ def _cpu_model() -> str:
 
 # -- rendering --------------------------------------------------------------------------------
 
-_HEADS = {"dictionaries": ("dict", 5), "deltas": ("deltas", 6), "delta_chain": ("chain", 5)}
+_HEADS = {"dictionaries": ("dict", 5), "deltas": ("deltas", 6), "delta_chain": ("chain", 5),
+          "block_size": ("block", 7)}
 _STORAGE_HEADS = [_HEADS[key] for key in STORAGE_KEYS]
 
 
@@ -612,7 +630,7 @@ def render_table(result: TuningResult) -> str:
     ]
     rec = result.recommendation
     chosen = (rec.compression_level, rec.threads,
-              Storage(rec.dictionaries, rec.deltas, rec.delta_chain))
+              Storage(rec.dictionaries, rec.deltas, rec.delta_chain, rec.block_size))
     for row in result.rows:
         mark = " <" if row.setting == chosen else ""
         threads = "auto" if row.threads == 0 else str(row.threads)

@@ -52,6 +52,9 @@ Examples:
                    "[default: as configured, then the other].")
 @click.option("--delta-chains", "chains_text", metavar="K,K",
               help="Delta chain bounds to try, each alone [default: as configured].")
+@click.option("--block-sizes", "blocks_text", metavar="N,N",
+              help="Block sizes in bytes to try (0 = no blocks), each alone [default: as "
+                   "configured, then blocks off (or on, when off)].")
 @click.option("--max-files", default=20_000, show_default=True, type=click.IntRange(min=1),
               help="Larger trees are sampled (seeded) down to this many files.")
 @click.option("--time-budget", default=300.0, show_default=True, type=click.FloatRange(min=1),
@@ -59,8 +62,8 @@ Examples:
 @json_option
 @pass_state
 def bench(state: State, levels: str, threads_text: str, dictionaries_text: str | None,
-          deltas_text: str | None, chains_text: str | None, max_files: int, time_budget: float,
-          as_json: bool) -> None:
+          deltas_text: str | None, chains_text: str | None, blocks_text: str | None,
+          max_files: int, time_budget: float, as_json: bool) -> None:
     """Measure snapshot, no-change snapshot and restore on a scratch copy of this tree.
 
     Prints a table per setting and a recommendation (with the `ckpt config set` commands).
@@ -76,6 +79,7 @@ def bench(state: State, levels: str, threads_text: str, dictionaries_text: str |
                         threads=_levels(threads_text), dictionaries=_switches(dictionaries_text),
                         deltas=_switches(deltas_text),
                         delta_chains=None if chains_text is None else _levels(chains_text),
+                        block_sizes=None if blocks_text is None else _levels(blocks_text),
                         max_files=max_files,
                         time_budget=time_budget, progress=say)
     if as_json:

@@ -28,7 +28,7 @@ NON_DEFAULT = StoreConfig(
     compression_level=19, threads=8, fsync="full", max_file_size=0, retention_cap=50,
     extra_ignore=("*.log", "build/", "!keep.log"), use_gitignore=False, gc_grace_seconds=0,
     lock_timeout=0.25, server="off", server_idle=0, server_verify=60, dictionaries=False,
-    deltas=False, delta_chain=3,
+    deltas=False, delta_chain=3, block_size=256 << 10,
 )
 
 NEEDS_ESCAPES = ('quote"d', "back\\slash", "tab\there", "bell\x07", "del\x7f",

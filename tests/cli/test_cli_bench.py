@@ -39,7 +39,8 @@ def test_bench_rejects_a_malformed_level_list_as_usage_error(ckpt_in: Any) -> No
 
 def test_bench_storage_settings_each_get_a_row(ws: Path, ckpt_in: Any) -> None:
     run = ckpt_in("bench", "--levels", "1", "--threads", "1", "--deltas", "on,off",
-                  "--dictionaries", "on", "--delta-chains", "2", "--json")
+                  "--dictionaries", "on", "--delta-chains", "2", "--block-sizes", "1048576",
+                  "--json")
     assert run.code == 0, run.stderr
     rows = json.loads(run.stdout)["rows"]
     keys = [k for k in ("deltas", "delta_chain") if rows[0][k] is not None]

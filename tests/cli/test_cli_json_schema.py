@@ -217,4 +217,5 @@ def test_config_schema(initialized: Path, ckpt_in: CkptIn) -> None:
                 "retention_cap": int, "extra_ignore": list, "use_gitignore": bool,
                 "gc_grace_seconds": int, "lock_timeout": float, "server": str,
                 "server_idle": float, "server_verify": float, "dictionaries": bool,
-                "deltas": bool, "delta_chain": int})
+                "deltas": bool, "delta_chain": int,
+                "block_size": int})

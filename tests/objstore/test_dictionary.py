@@ -32,7 +32,7 @@ from ckpt.objstore.gc import collect_garbage
 from ckpt.objstore.ids import ObjectId, hash_bytes
 from ckpt.objstore.memory import MemoryBackend
 from ckpt.objstore.objects import EntryKind
-from ckpt.objstore.store import FORMAT_FILE
+from ckpt.objstore.store import FORMAT_FILE, FORMAT_VERSION
 
 _WORDS = [b"static", b"int", b"struct", b"return", b"void", b"const", b"unsigned", b"if",
           b"else", b"for", b"while", b"#include", b"<linux/kernel.h>", b"device", b"driver",
@@ -149,7 +149,8 @@ def test_put_files_trains_on_a_large_first_put_and_a_reopened_store_reads(
     contents = [source_like(rng, rng.randint(100, 3000)) + b"%d" % i
                 for i in range(TRAIN_SAMPLES + 600)]
     paths = write_files(tmp_path / "tree", contents)
-    store = ObjectStore.init(str(tmp_path / "store"))
+    # Blocks off: the small files are objects of their own, compressed with the dictionary.
+    store = ObjectStore.init(str(tmp_path / "store"), StoreOptions(block_size=0))
     results = list(store.put_files(paths, threads=2))
     store.sync()
     dictionary = store.current_dictionary
@@ -162,7 +163,7 @@ def test_put_files_trains_on_a_large_first_put_and_a_reopened_store_reads(
     assert store.dictionary_savings() > 0
     store.close()
     with open(tmp_path / "store" / FORMAT_FILE, "rb") as stream:
-        assert stream.read() == b"ckpt-objstore 2\n"
+        assert stream.read() == b"ckpt-objstore %d\n" % FORMAT_VERSION
     reopened = ObjectStore.open(str(tmp_path / "store"))
     assert reopened.current_dictionary == dictionary
     assert reopened.dictionary_ids() == (dictionary,)
@@ -198,7 +199,8 @@ def test_the_native_less_path_trains_and_reads(tmp_path: Path) -> None:
         "from ckpt.objstore import ObjectStore, codec\n"
         "from ckpt.objstore import putfiles\n"
         "assert putfiles._native_read_files is None\n"
-        "store = ObjectStore.init(sys.argv[1])\n"
+        "from ckpt.objstore import StoreOptions\n"
+        "store = ObjectStore.init(sys.argv[1], StoreOptions(block_size=0))\n"
         "paths = open(sys.argv[2]).read().split('\\n')\n"
         "results = list(store.put_files(paths))\n"
         "store.sync()\n"
@@ -303,6 +305,7 @@ def test_the_cli_exits_5_for_a_damaged_dictionary(tmp_path: Path) -> None:
     store_dir = str(tmp_path / "store")
     write_files(root / "src", samples(15, 20))
     assert h.ckpt(str(root), "init", store=store_dir).code == 0
+    assert h.ckpt(str(root), "config", "set", "block_size", "0", store=store_dir).code == 0
     set_up = ObjectStore.open(store_dir)
     dictionary = set_up.train_dictionary(samples(16))
     set_up.close()
@@ -364,7 +367,8 @@ def test_put_files_trains_again_when_the_content_drifts(tmp_path: Path) -> None:
     kinds += [b" ".join(rng.choice(words) for _ in range(rng.randint(60, 250))) + b"%d" % i
               for i in range(WINDOW + 1200)]
     paths = write_files(tmp_path / "tree", kinds)
-    store = ObjectStore.init(str(tmp_path / "store"))
+    # Blocks off: the small files are objects of their own, compressed with the dictionary.
+    store = ObjectStore.init(str(tmp_path / "store"), StoreOptions(block_size=0))
     results = list(store.put_files(paths))
     store.sync()
     first, second = store.dictionary_ids()

@@ -90,7 +90,7 @@ def test_put_files_matches_put_file_file_for_file(
 ) -> None:
     paths, expected = make_files(tmp_path, content)
     options = StoreOptions(compression_level=level, layout=layout,  # type: ignore[arg-type]
-                           stream_threshold=1 << 20)
+                           stream_threshold=1 << 20, block_size=0)  # blocks: test_blocks.py
     batch = ObjectStore.init(str(tmp_path / "batch"), options)
     single = ObjectStore.init(str(tmp_path / "single"), options)
     results = list(batch.put_files(paths, threads=2))
@@ -223,7 +223,8 @@ def test_put_files_compresses_here_what_a_stalled_pool_has_not_started(
 
     monkeypatch.setattr(codec, "compress_batch", compress_batch)
     # Without dictionaries: every batch goes through the patched `compress_batch`.
-    store = ObjectStore.init(str(tmp_path / "store"), StoreOptions(dictionaries=False))
+    store = ObjectStore.init(str(tmp_path / "store"), StoreOptions(dictionaries=False,
+                                                                    block_size=0))
     results = list(store.put_files(paths, threads=2))
     assert len(by_caller) >= 2  # a batch taken back from the pool, and the last one
     _assert_stored_in_order(store, results, blobs)

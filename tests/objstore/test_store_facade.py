@@ -266,7 +266,7 @@ def test_open_of_a_missing_store_raises_store_not_found(tmp_path: os.PathLike[st
     ("text", "named"),
     [
         (b"ckpt-objstore 99\n", "99"),
-        (b"ckpt-objstore 3\n", "3"),
+        (b"ckpt-objstore 4\n", "4"),
         (b"ckpt-objstore 0\n", "0"),
         (b"garbage\n", "garbage"),
         (b"ckpt-objstore one\n", "one"),
@@ -308,7 +308,7 @@ def test_a_format_1_store_opens_and_is_raised_only_when_asked(
     store.ensure_format(2)
     store.ensure_format(1)  # never lowered
     with open(format_path, "rb") as stream:
-        assert stream.read() == f"ckpt-objstore {FORMAT_VERSION}\n".encode()
+        assert stream.read() == b"ckpt-objstore 2\n"
     store.close()
     reopened = ObjectStore.open(root)
     assert reopened.format_version == 2

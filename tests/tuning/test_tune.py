@@ -133,7 +133,8 @@ def test_tuning_leaves_the_tree_identical_and_measures_every_setting(
 
 def test_result_renders_as_a_table_and_as_json(tree: Path, scratch: Path) -> None:
     result = run_tuning(tree, scratch_dir=scratch, levels=(1, 3), threads=(1,),
-                        dictionaries=(True,), deltas=(True,))  # no storage rows
+                        dictionaries=(True,), deltas=(True,),
+                        block_sizes=(StoreConfig().block_size,))  # no storage rows
     text = render_table(result)
     assert "recommended: compression_level" in text and "ckpt config set threads" in text
     assert len([line for line in text.splitlines() if line.lstrip().startswith(("1 ", "3 "))]) == 2
@@ -209,7 +210,7 @@ def row(level: int, threads: int, total: float, store: int, *,
         storage: Storage | None = None, turn: int | None = None) -> TuningRow:
     storage = storage or default_setting()[2]
     return TuningRow(level, threads, threads or 2, storage.dictionaries, storage.deltas,
-                     storage.delta_chain, snapshot_s=total, no_change_s=0.0, turn_s=0.0,
+                     storage.delta_chain, storage.block_size, snapshot_s=total, no_change_s=0.0, turn_s=0.0,
                      restore_s=0.0, store_bytes=store, store_allocated_bytes=store, store_files=1,
                      turn_store_bytes=turn,
                      session_store_bytes=None if turn is None else store + SESSION_TURNS * turn)
@@ -237,7 +238,8 @@ def test_recommendation_judges_the_store_of_a_session_of_turns() -> None:
             row(level, threads, 1.0, 1000, storage=plain, turn=100)]
     rec = recommend(rows)
     assert (rec.compression_level, rec.threads) == DEFAULT_SETTING
-    assert Storage(rec.dictionaries, rec.deltas, rec.delta_chain) == default_setting()[2]
+    assert Storage(rec.dictionaries, rec.deltas, rec.delta_chain,
+                   rec.block_size) == default_setting()[2]
     assert f"{SESSION_TURNS} such turns" in rec.reason
     rows[1] = row(level, threads, 1.0, 1000, storage=plain, turn=11)  # within 10%: faster wins
     assert recommend(rows).deltas is (False if "deltas" in STORAGE_KEYS else None)
@@ -262,7 +264,7 @@ def test_grid_flips_each_storage_setting_alone_at_the_default_level() -> None:
         assert changed == [key]
     if "delta_chain" in STORAGE_KEYS:
         chains = grid_configs(base, (3,), (1,), deltas=(True,), dictionaries=(True,),
-                              delta_chains=(base.delta_chain, 2, 2, base.delta_chain + 2))
+                              block_sizes=(base.block_size,), delta_chains=(base.delta_chain, 2, 2, base.delta_chain + 2))
         # the grid's first setting when the defaults are not in it; repeats and the
         # configured value give no row of their own
         assert [(c.compression_level, c.threads, c.delta_chain) for c in chains] == [
@@ -281,7 +283,8 @@ def test_deltas_row_measures_a_smaller_turn(tmp_path: Path, scratch: Path) -> No
         path.write_text("".join(f"def f_{j}(x):\n    return x * {rng.randrange(10**6)}\n"
                                 for j in range(300)))
     result = run_tuning(root, scratch_dir=scratch, levels=(1,), threads=(1,), deltas=(True, False),
-                        dictionaries=(True,) if "dictionaries" in STORAGE_KEYS else None)
+                        dictionaries=(True,) if "dictionaries" in STORAGE_KEYS else None,
+                        block_sizes=(StoreConfig().block_size,))
     on, off = result.rows
     assert (on.deltas, off.deltas) == (True, False)
     assert on.turn_store_bytes is not None and off.turn_store_bytes is not None

@@ -1,0 +1,156 @@
+"""Blocks (codec 4): small new blobs of one `put_files` call stored together in one object.
+
+What lives here: the rules of which objects go into a block (`BlockOptions`), the read of a
+member (`read_member`: the prefix of its block up to the member's end, decompressed once and
+kept in a small `BlockCache`). What does not: the envelope bytes (codec.py), the gathering of
+members in a put (putfiles.py), the ids gc and fsck follow (delta.py's `envelope_closure`
+follows `codec.envelope_refs`, which names a member's block).
+
+A block is an ordinary blob: its content is its members' contents concatenated in the order
+they were put (path order in a snapshot), its id the BLAKE3 of that, compressed as one zstd
+frame at `block_level`. Each member is an object of its own id whose envelope names the block,
+an offset and a length; a read of a member verifies the member's hash as any read does. zstd
+finds the repeats between neighbouring small files that a frame per file cannot, so a block of
+sources weighs about a fifth less than their frames one by one, for the same CPU at level 3.
+
+A dead member keeps its block alive (gc follows the reference, as from a delta to its base):
+the block's bytes are freed only when none of its members is kept.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ckpt.objstore import codec
+from ckpt.objstore.backend import Backend
+from ckpt.objstore.errors import CorruptObject, ObjectNotFound
+from ckpt.objstore.ids import ObjectId
+
+# Raw bytes of a block: zstd's window spans it whole; past this size a block saves little more
+# (bench/storage.py) and a read of one member decompresses up to all of it.
+DEFAULT_BLOCK_SIZE = 1 << 20
+MAX_BLOCK_SIZE = 16 << 20  # a read of a member decompresses up to its whole block
+# Larger contents are stored one by one as ever: zstd already has context enough in them.
+SMALL_LIMIT = 256 << 10
+# A put's leftover below both bounds is stored per object: a small turn (a few edited files)
+# stores as without blocks, with the dictionary.
+MIN_BLOCK_BYTES = 32 << 10
+MIN_BLOCK_MEMBERS = 4  # at least 2 (see putfiles.py)
+# Blocks compress at least at this level: on a block it costs about what level 1 with a
+# dictionary costs per file, and saves more. (Level 5, zstd's greedy matcher, finds a tenth
+# more in a block of sources for twice the CPU: `compression_level = 5` buys that.)
+MIN_BLOCK_LEVEL = 3
+# With blocks on, what a put compresses alone in its batches (larger files) is compressed at
+# least at this level: on large files level 3 costs little more than level 1.
+MIN_PLAIN_LEVEL = 3
+# Decompressed blocks kept for reads (a whole-tree restore reads in path order, block order).
+CACHE_BYTES = 8 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class BlockOptions:
+    block_size: int = DEFAULT_BLOCK_SIZE  # 0: no blocks
+    small_limit: int = SMALL_LIMIT
+
+    @property
+    def enabled(self) -> bool:
+        return self.block_size > 0
+
+
+def block_level(level: int) -> int:
+    """The zstd level of a block in a store of compression level `level` (> 0)."""
+    return max(MIN_BLOCK_LEVEL, level)
+
+
+def plain_level(level: int) -> int:
+    """The zstd level, with blocks on, of what a put compresses alone in a store of
+    compression level `level` (> 0)."""
+    return max(MIN_PLAIN_LEVEL, level)
+
+
+def worth_a_block(members: int, size: int) -> bool:
+    """Whether `members` contents of `size` bytes in all go into a block (else one by one)."""
+    return members >= MIN_BLOCK_MEMBERS and size >= MIN_BLOCK_BYTES
+
+
+class BlockCache:
+    """Decompressed prefixes of blocks lately read, by id, at most `limit` bytes in all
+    (least recently used dropped first). Thread-safe: restores read on several threads."""
+
+    __slots__ = ("_entries", "_limit", "_lock", "_size")
+
+    def __init__(self, limit: int = CACHE_BYTES) -> None:
+        self._entries: OrderedDict[ObjectId, bytes] = OrderedDict()
+        self._limit = limit
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, block: ObjectId) -> bytes | None:
+        with self._lock:
+            data = self._entries.get(block)
+            if data is not None:
+                self._entries.move_to_end(block)
+            return data
+
+    def put(self, block: ObjectId, data: bytes) -> None:
+        if len(data) > self._limit:
+            return
+        with self._lock:
+            old = self._entries.pop(block, None)
+            if old is not None:
+                self._size -= len(old)
+            self._entries[block] = data
+            self._size += len(data)
+            while self._size > self._limit:
+                _, dropped = self._entries.popitem(last=False)
+                self._size -= len(dropped)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._size = 0
+
+
+def read_member(backend: Backend, cache: BlockCache, block: ObjectId, offset: int,
+                length: int, oid: ObjectId | None) -> bytes:
+    """Bytes [offset, offset + length) of `block`'s content, for the member `oid` (not
+    verified: the caller hashes the member). Whatever keeps the block from serving is the
+    member's damage, named for it: `CorruptObject(oid, ...)`.
+
+    The first read of a block decompresses its prefix up to this member's end; a later read
+    past that prefix decompresses the whole block, so a read in block order decompresses each
+    block at most twice."""
+    end = offset + length
+    known = cache.get(block)
+    if known is not None and len(known) >= end:
+        return known[offset:end]
+    try:
+        stored = backend.get(block)
+        kind, size = codec.read_header(stored, block)
+    except ObjectNotFound:
+        raise CorruptObject(oid, f"its block {block.hex()} is missing") from None
+    except CorruptObject as exc:
+        raise CorruptObject(oid, f"its block {block.hex()} is damaged ({exc.reason})") from None
+    if end > size:
+        raise CorruptObject(oid, f"it lies outside its block {block.hex()}")
+    if kind == codec.CODEC_RAW:
+        content = bytes(memoryview(stored)[codec.HEADER_SIZE:])
+    elif kind == codec.CODEC_ZSTD:
+        content = _decompressed(stored, block, size if known is not None else end, oid)
+    else:
+        raise CorruptObject(oid, f"its block {block.hex()} is not a plain object")
+    if len(content) < end:
+        raise CorruptObject(oid, f"its block {block.hex()} is damaged (short content)")
+    cache.put(block, content)
+    return content[offset:end]
+
+
+def _decompressed(stored: bytes, block: ObjectId, size: int, oid: ObjectId | None) -> bytes:
+    frame = memoryview(stored)[codec.HEADER_SIZE:]
+    try:
+        return codec.decompress_prefix(frame, size, block, declared=int.from_bytes(
+            stored[5:codec.HEADER_SIZE], "little"))
+    except CorruptObject as exc:
+        raise CorruptObject(oid, f"its block {block.hex()} is damaged ({exc.reason})") from None

@@ -1,0 +1,280 @@
+"""Blocks (codec 4): small new blobs of a `put_files` call stored together, each member an
+object naming its block. Real stores on disk; damage made with the fault helpers."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from pathlib import Path
+
+import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+from ckpt.objstore import CorruptObject, ObjectStore, StoreOptions, Tree, TreeEntry, codec
+from ckpt.objstore import store as store_module
+from ckpt.objstore.blocks import MIN_BLOCK_BYTES, MIN_BLOCK_MEMBERS, SMALL_LIMIT
+from ckpt.objstore.errors import UnsupportedFormat
+from ckpt.objstore.fsck import check_store
+from ckpt.objstore.gc import collect_garbage
+from ckpt.objstore.ids import ObjectId, hash_bytes
+from ckpt.objstore.objects import EntryKind
+from ckpt.objstore.store import FORMAT_FILE, PutResult
+
+
+def source_like(rng: random.Random, size: int) -> bytes:
+    words = [b"int", b"return", b"struct", b"static", b"void", b"if", b"else", b"for",
+             b"(x)", b"{", b"}", b";", b"\n", b"    ", b"buffer", b"count"]
+    out = bytearray()
+    while len(out) < size:
+        out += rng.choice(words) + b" "
+    return bytes(out[:size])
+
+
+def write_files(folder: Path, contents: list[bytes]) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for n, data in enumerate(contents):
+        path = folder / f"f{n:05d}"
+        path.write_bytes(data)
+        paths.append(str(path))
+    return paths
+
+
+def put_all(store: ObjectStore, paths: list[str], *, threads: int = 2) -> list[PutResult]:
+    results = list(store.put_files(paths, threads=threads))
+    assert all(isinstance(r, PutResult) for r in results), results
+    store.sync()
+    return results  # type: ignore[return-value]
+
+
+def codec_of(store: ObjectStore, oid: ObjectId) -> int:
+    return store.backend.get(oid)[4]
+
+
+def block_of(store: ObjectStore, oid: ObjectId) -> ObjectId:
+    return codec.member_header(store.backend.get(oid), oid)[0]
+
+
+def tree_of(store: ObjectStore, oids: list[ObjectId]) -> ObjectId:
+    return store.put_tree(Tree(tuple(TreeEntry(b"f%05d" % n, EntryKind.FILE, oid, None, 1)
+                                     for n, oid in enumerate(oids))))
+
+
+def many_small(seed_: int, count: int, low: int = 200, high: int = 4000) -> list[bytes]:
+    rng = random.Random(seed_)
+    return [source_like(rng, rng.randint(low, high)) + b"%d" % n for n in range(count)]
+
+
+# -- writing and reading ---------------------------------------------------------------------
+
+
+@seed(29004)
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(sizes=st.lists(st.integers(0, 20_000), min_size=1, max_size=60),
+       block_size=st.sampled_from([4 << 10, 16 << 10, 64 << 10]),
+       duplicates=st.integers(0, 5), threads=st.sampled_from([1, 2]),
+       layout=st.sampled_from(["packed", "loose"]))
+def test_random_small_files_restore_byte_exact_through_their_blocks(
+        tmp_path_factory: pytest.TempPathFactory, sizes: list[int], block_size: int,
+        duplicates: int, threads: int, layout: str) -> None:
+    folder = tmp_path_factory.mktemp("blocks")
+    rng = random.Random(len(sizes) * 7919 + block_size)
+    contents = [source_like(rng, size) if size % 3 else rng.randbytes(size) for size in sizes]
+    contents += contents[:duplicates]  # the same content twice in one put: one object
+    contents += [source_like(rng, 3000) for _ in range(12)]  # enough for a block or two
+    paths = write_files(folder / "tree", contents)
+    options = StoreOptions(block_size=block_size, layout=layout)  # type: ignore[arg-type]
+    store = ObjectStore.init(str(folder / "store"), options)
+    results = put_all(store, paths, threads=threads)
+    members = [r.oid for r in results if codec_of(store, r.oid) == codec.CODEC_BLOCK]
+    assert members  # at least the tail of source-like files went into a block
+    for result, data in zip(results, contents):
+        assert result.oid == hash_bytes(data) and result.size == len(data)
+    store.close()
+    reopened = ObjectStore.open(str(folder / "store"), options)  # nothing cached
+    for oid in members:  # every member's bytes, cut from its block, hash to its id
+        block, offset, length = codec.member_header(reopened.backend.get(oid), oid)
+        content = reopened.get_bytes(block)
+        assert hash_bytes(content[offset:offset + length]) == oid
+    for result, data in zip(results, contents):
+        assert reopened.get_bytes(result.oid) == data
+        assert reopened.verify(result.oid) == len(data)
+    assert check_store(reopened, [tree_of(reopened, [r.oid for r in results])],
+                       full=True).ok
+    reopened.close()
+
+
+def test_a_format_2_store_is_raised_to_3_by_its_first_block_and_older_ckpt_refuses_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "store"
+    ObjectStore.init(str(path)).close()
+    (path / FORMAT_FILE).write_text("ckpt-objstore 2\n")  # as the ckpt before blocks made it
+    store = ObjectStore.open(str(path))
+    few = write_files(tmp_path / "few", many_small(8, 3, 200, 900))
+    put_all(store, few)  # stored one by one: no block, the format stays
+    assert (path / FORMAT_FILE).read_text() == "ckpt-objstore 2\n"
+    put_all(store, write_files(tmp_path / "many", many_small(9, 40)))
+    assert (path / FORMAT_FILE).read_text() == "ckpt-objstore 3\n"
+    store.close()
+    # A ckpt that reads formats 1 and 2 only refuses the store instead of calling its
+    # members corrupt.
+    monkeypatch.setattr(store_module, "READABLE_FORMATS", (1, 2))
+    with pytest.raises(UnsupportedFormat):
+        ObjectStore.open(str(path))
+
+
+def test_blocks_hold_members_in_path_order(tmp_path: Path) -> None:
+    contents = many_small(1, 40)
+    paths = write_files(tmp_path / "tree", contents)
+    store = ObjectStore.init(str(tmp_path / "store"), StoreOptions(block_size=32 << 10))
+    results = put_all(store, paths)
+    blocks: dict[ObjectId, list[tuple[int, int]]] = {}
+    members = [r for r in results if codec_of(store, r.oid) == codec.CODEC_BLOCK]
+    tail = results[len(members):]  # a short tail one by one
+    assert members == results[:len(members)] and sum(r.size for r in tail) < MIN_BLOCK_BYTES
+    for result in members:
+        block, offset, length = codec.member_header(store.backend.get(result.oid))
+        blocks.setdefault(block, []).append((offset, length))
+    assert len(blocks) >= 2
+    for block, spans in blocks.items():
+        content = store.get_bytes(block)  # an ordinary blob, zstd at the block level
+        assert codec_of(store, block) == codec.CODEC_ZSTD
+        assert spans[0][0] == 0 and sum(length for _, length in spans) == len(content)
+        assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(spans))
+    # What the results say was written adds up to what the store holds for them.
+    stored = sum(r.stored_bytes for r in results)
+    held = sum(store.backend.stat(oid).size for oid in blocks) + sum(
+        store.backend.stat(r.oid).size for r in results)
+    assert abs(stored - held) <= len(results)
+    store.close()
+
+
+def test_a_small_put_stores_objects_one_by_one_as_without_blocks(tmp_path: Path) -> None:
+    contents = many_small(2, MIN_BLOCK_MEMBERS - 1, 200, 900)
+    assert sum(map(len, contents)) < MIN_BLOCK_BYTES
+    paths = write_files(tmp_path / "tree", contents)
+    store = ObjectStore.init(str(tmp_path / "store"))
+    results = put_all(store, paths)
+    assert codec.CODEC_BLOCK not in {codec_of(store, r.oid) for r in results}
+    store.close()
+
+
+def test_blocks_off_stores_every_file_as_put_file_does(tmp_path: Path) -> None:
+    contents = many_small(3, 200)
+    paths = write_files(tmp_path / "tree", contents)
+    off = StoreOptions(block_size=0, dictionaries=False)
+    batch = ObjectStore.init(str(tmp_path / "batch"), off)
+    single = ObjectStore.init(str(tmp_path / "single"), off)
+    results = put_all(batch, paths)
+    for result, path in zip(results, paths):
+        assert single.put_file(path).oid == result.oid
+        assert batch.backend.get(result.oid) == single.backend.get(result.oid)
+        assert codec_of(batch, result.oid) != codec.CODEC_BLOCK
+    assert set(batch.backend.iter_ids()) == set(single.backend.iter_ids())
+    batch.close()
+    single.close()
+
+
+def test_large_files_and_files_with_a_delta_hint_stay_out_of_blocks(tmp_path: Path) -> None:
+    rng = random.Random(4)
+    contents = [*many_small(4, 60), source_like(rng, SMALL_LIMIT + 1000)]
+    paths = write_files(tmp_path / "tree", contents)
+    store = ObjectStore.init(str(tmp_path / "store"))
+    first = put_all(store, paths)
+    assert codec_of(store, first[-1].oid) != codec.CODEC_BLOCK
+    # The same paths edited, each given its previous version as a hint: deltas on members.
+    edited = [data[:100] + b"edited" + data[100:] for data in contents]
+    paths = write_files(tmp_path / "tree", edited)
+    bases = [r.oid for r in first]
+    second = list(store.put_files(paths, threads=2, bases=bases))
+    store.sync()
+    kinds = {codec_of(store, r.oid) for r in second}  # type: ignore[union-attr]
+    assert codec.CODEC_BLOCK not in kinds and codec.CODEC_DELTA in kinds
+    store.forget_cached()
+    for result, data in zip(second, edited):
+        assert store.get_bytes(result.oid) == data  # type: ignore[union-attr]
+    store.close()
+
+
+# -- damage ----------------------------------------------------------------------------------
+
+
+def _damaged_block_store(tmp_path: Path
+                         ) -> tuple[Path, ObjectId, list[ObjectId], ObjectId, list[bytes]]:
+    """(store, its one damaged block, the members, their tree, their contents), the block's
+    stored bytes flipped in the middle on disk."""
+    path = tmp_path / "store"
+    contents = many_small(5, 30)
+    paths = write_files(tmp_path / "tree", contents)
+    store = ObjectStore.init(str(path), StoreOptions(block_size=1 << 20))
+    members = [r.oid for r in put_all(store, paths)]
+    blocks = {block_of(store, oid) for oid in members}
+    assert len(blocks) == 1
+    tree = tree_of(store, members)
+    store.sync()
+    store.close()
+    block = blocks.pop()
+    where, offset, length = h.object_file(str(path), block)
+    h.flip_byte(where, offset + length // 2)
+    return path, block, members, tree, contents
+
+
+def test_a_damaged_block_is_a_corrupt_member_and_fsck_names_the_block(tmp_path: Path) -> None:
+    path, block, members, tree, contents = _damaged_block_store(tmp_path)
+    store = ObjectStore.open(str(path))
+    # A member before the damage may still read (its prefix of the block decodes and its
+    # hash verifies); one past it is corrupt, named for itself; none reads wrong bytes.
+    failed = []
+    for oid, data in zip(members, contents):
+        store.forget_cached()
+        try:
+            assert store.get_bytes(oid) == data
+        except CorruptObject as exc:
+            assert exc.oid == oid
+            failed.append(oid)
+    assert failed  # the member whose bytes the flip hit, at least
+    full = check_store(store, [tree], full=True)
+    named = {damage.oid for damage in full.problems}
+    assert block in named and set(failed) <= named
+    assert tree in full.damaged_roots
+    store.close()
+
+
+# -- gc --------------------------------------------------------------------------------------
+
+
+def test_gc_keeps_a_block_while_one_member_is_live_and_drops_it_after(tmp_path: Path) -> None:
+    contents = many_small(6, 30)
+    paths = write_files(tmp_path / "tree", contents)
+    store = ObjectStore.init(str(tmp_path / "store"), StoreOptions(block_size=1 << 20))
+    members = [r.oid for r in put_all(store, paths)]
+    block = block_of(store, members[0])
+    one = tree_of(store, [members[7]])
+    store.sync()
+    report = collect_garbage(store, [one], grace_seconds=0, now=2**40)
+    assert report.objects_removed == len(members) - 1
+    assert store.has(block) and store.has(members[7]) and not store.has(members[0])
+    store.forget_cached()
+    assert store.get_bytes(members[7]) == contents[7]
+    report = collect_garbage(store, [], grace_seconds=0, now=2**40)
+    assert not store.has(block) and not store.has(members[7])
+    assert not list(store.backend.iter_ids())
+    store.close()
+
+
+def test_a_young_member_keeps_its_old_block(tmp_path: Path) -> None:
+    contents = many_small(7, 30)
+    paths = write_files(tmp_path / "tree", contents)
+    store = ObjectStore.init(str(tmp_path / "store"), StoreOptions(block_size=1 << 20,
+                                                                  layout="loose"))
+    members = [r.oid for r in put_all(store, paths)]
+    block = block_of(store, members[0])
+    store.sync()
+    # Everything unreachable, the grace period long: nothing goes, the block included.
+    collect_garbage(store, [], grace_seconds=3600, now=time.time())
+    assert store.has(block) and all(store.has(oid) for oid in members)
+    store.close()
