@@ -29,10 +29,12 @@ Glossary (the words scan.py and statcache_restore.py use):
   it has no record of its own.
 
 The cache is only ever a performance aid: a missing, damaged or foreign cache loads as empty.
-It is msgpack, written atomically, ending in the BLAKE3 of what precedes it: a cache is trusted
-to name content by id, so damage that still parses (a flipped bit in an id) must be caught too,
-or it would put a wrong id into a checkpoint. Rows and rechecks are typed in memory and plain
-msgpack arrays on disk: the tuples pack as they are and are rebuilt when a record is decoded.
+It is msgpack in one zstd frame, written atomically, ending in the BLAKE3 of that frame: a cache
+is trusted to name content by id, so damage that still parses (a flipped bit in an id) must be
+caught too, or it would put a wrong id into a checkpoint; the digest is checked before anything
+is decompressed. Rows are typed in memory (`FileRow`) and packed against the listing stored in
+the same record on disk (statcache_rows.py: exact, so what is trusted cannot change by being
+stored); rechecks are plain msgpack arrays, rebuilt as `Recheck` when a record is decoded.
 
 Two files: the base (`statcache`, every record) and a delta beside it (`statcache.delta`): the
 records that differ from the base and the keys it no longer has, tied to the base by its
