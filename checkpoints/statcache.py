@@ -29,10 +29,10 @@ Glossary (the words scan.py and statcache_restore.py use):
   it has no record of its own.
 
 The cache is only ever a performance aid: a missing, damaged or foreign cache loads as empty.
-It is msgpack in one zstd frame, written atomically, ending in the BLAKE3 of that frame: a cache
-is trusted to name content by id, so damage that still parses (a flipped bit in an id) must be
-caught too, or it would put a wrong id into a checkpoint; the digest is checked before anything
-is decompressed. Rows are typed in memory (`FileRow`) and packed against the listing stored in
+It is msgpack in one object envelope (codec.py, zstd), written atomically, ending in the
+BLAKE3 of that envelope: a cache is trusted to name content by id, so damage that still parses
+(a flipped bit in an id) must be caught too, or it would put a wrong id into a checkpoint; the
+digest is checked before anything is decompressed. Rows are typed in memory (`FileRow`) and packed against the listing stored in
 the same record on disk (statcache_rows.py: exact, so what is trusted cannot change by being
 stored); rechecks are plain msgpack arrays, rebuilt as `Recheck` when a record is decoded.
 
@@ -62,12 +62,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import zstandard
-
 from ckpt.checkpoints.statcache_rows import MAGIC, pack_rows, unpack_plain_rows, unpack_rows
 from ckpt.objstore import FileState
 from ckpt.objstore.atomicfile import write_atomically
-from ckpt.objstore.codec import pack_data, unpack_data
+from ckpt.objstore.codec import MAGIC as ENVELOPE_MAGIC
+from ckpt.objstore.codec import decode_object, encode_object, pack_data, unpack_data
 from ckpt.objstore.errors import CorruptObject
 from ckpt.objstore.ids import OID_SIZE, hash_bytes
 from ckpt.objstore.native import load_native
@@ -75,11 +74,9 @@ from ckpt.objstore.native import load_native
 _fsops = load_native("ckpt.checkpoints._fsops")
 _native_exchange = None if _fsops is None else _fsops.exchange
 
-# A cache file is one zstd frame (then its BLAKE3): the rows' ids do not compress, but names
-# and stat fields do; level -1 packs about as small as level 1, and faster.
-COMPRESSION_LEVEL = -1
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_MAX_PAYLOAD = 1 << 32  # what a frame may declare: far above any tree's cache
+# A cache file is one object envelope (codec.py: a zstd frame, its size declared), then its
+# BLAKE3: the rows' ids do not compress, but names and stat fields do.
+COMPRESSION_LEVEL = 1
 # Bumped whenever the layout of the file changes: a cache of another version is ignored, never
 # misread. Version 6 differs only in how a record packs its rows (plain msgpack arrays, which
 # statcache_rows.py still reads) and in not being compressed: it is read, and the next save writes it again as version 7.
@@ -443,27 +440,25 @@ class _OtherVersion(Exception):
 
 
 def _checked_body(data: bytes) -> bytes | memoryview | None:
-    """What precedes the trailing BLAKE3 of a cache file, decompressed when it is a zstd frame
-    (else a view: a large cache is not copied), or None if the digest does not match it
-    (damaged or truncated). ValueError if the frame is not one `_framed` writes."""
+    """What precedes the trailing BLAKE3 of a cache file, taken out of its envelope (else, as
+    version 6 wrote it, a view: a large cache is not copied), or None if the digest does not
+    match it (damaged or truncated). ValueError if the envelope is not one `_framed` writes."""
     body = memoryview(data)[:-OID_SIZE]
     if len(data) <= OID_SIZE or hash_bytes(body) != data[-OID_SIZE:]:
         return None
-    if body[:4] != _ZSTD_MAGIC:
-        return body  # written plain (version 6)
+    if body[:len(ENVELOPE_MAGIC)] != ENVELOPE_MAGIC:
+        return body  # written plain (version 6): a msgpack array never starts so
     try:
-        size = zstandard.frame_content_size(body)
-        if not 0 <= size <= _MAX_PAYLOAD:
-            raise ValueError("stat cache: frame of no or too large a size")
-        return zstandard.ZstdDecompressor().decompress(body, max_output_size=size)
-    except zstandard.ZstdError as exc:  # checksummed: a writer's bug, not damage
-        raise ValueError(f"stat cache: bad frame ({exc})") from None
+        return decode_object(data[:-OID_SIZE])
+    except CorruptObject as exc:  # checksummed: a writer's bug, not damage
+        raise ValueError(f"stat cache: bad envelope ({exc})") from None
 
 
 def _framed(payload: bytes) -> bytes:
-    """A cache file's bytes: `payload` compressed, then the BLAKE3 of what precedes it."""
-    frame = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL).compress(payload)
-    return frame + hash_bytes(frame)
+    """A cache file's bytes: `payload` in an object envelope (compressed), then the BLAKE3 of
+    that envelope."""
+    envelope = encode_object(payload, COMPRESSION_LEVEL)
+    return envelope + hash_bytes(envelope)
 
 
 class _Decoded(NamedTuple):

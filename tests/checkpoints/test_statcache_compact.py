@@ -1,5 +1,5 @@
 """The stat cache's compact file (version 7): rows packed against their directory's listing
-(statcache_rows.py), the whole file one zstd frame then its BLAKE3.
+(statcache_rows.py), the whole file one compressed object envelope then its BLAKE3.
 
 Shown here: any rows round-trip exactly through the compact encoding, whatever the listing
 they are packed against holds (values, types, racy flags: what decides trust cannot change by
@@ -188,7 +188,7 @@ def test_a_damaged_cache_file_is_rejected_listed_and_rebuilt(tree: Path) -> None
     truth = _create(tree)["tree"]
     path = _cache_path(tree)
     pristine = path.read_bytes()
-    assert pristine.startswith(b"\x28\xb5\x2f\xfd")  # one zstd frame
+    assert pristine.startswith(b"CKO\x01\x01")  # one zstd object envelope
     assert _api_create(tree) == (truth, 0)
     rng = random.Random(7)
     cases = [("flip", rng.randrange(len(pristine))) for _ in range(6)]
@@ -252,7 +252,7 @@ def test_a_version_6_cache_is_read_and_trusted_and_saved_again_as_version_7(tree
     assert changed != truth and hashed == 1
     assert _payload(path)[0] == CACHE_VERSION == 7  # the first save repacks it whole
     assert not os.path.exists(str(path) + ".delta")
-    assert path.read_bytes().startswith(b"\x28\xb5\x2f\xfd") and path.stat().st_size < plain
+    assert path.read_bytes().startswith(b"CKO\x01\x01") and path.stat().st_size < plain
     assert _api_create(tree) == (changed, 0)
 
 
