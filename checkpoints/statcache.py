@@ -29,10 +29,12 @@ Glossary (the words scan.py and statcache_restore.py use):
   it has no record of its own.
 
 The cache is only ever a performance aid: a missing, damaged or foreign cache loads as empty.
-It is msgpack, written atomically, ending in the BLAKE3 of what precedes it: a cache is trusted
-to name content by id, so damage that still parses (a flipped bit in an id) must be caught too,
-or it would put a wrong id into a checkpoint. Rows and rechecks are typed in memory and plain
-msgpack arrays on disk: the tuples pack as they are and are rebuilt when a record is decoded.
+It is msgpack in one object envelope (codec.py, zstd), written atomically, ending in the
+BLAKE3 of that envelope: a cache is trusted to name content by id, so damage that still parses
+(a flipped bit in an id) must be caught too, or it would put a wrong id into a checkpoint; the
+digest is checked before anything is decompressed. Rows are typed in memory (`FileRow`) and packed against the listing stored in
+the same record on disk (statcache_rows.py: exact, so what is trusted cannot change by being
+stored); rechecks are plain msgpack arrays, rebuilt as `Recheck` when a record is decoded.
 
 Two files: the base (`statcache`, every record) and a delta beside it (`statcache.delta`): the
 records that differ from the base and the keys it no longer has, tied to the base by its
@@ -60,9 +62,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ckpt.checkpoints.statcache_rows import MAGIC, pack_rows, unpack_plain_rows, unpack_rows
 from ckpt.objstore import FileState
 from ckpt.objstore.atomicfile import write_atomically
-from ckpt.objstore.codec import pack_data, unpack_data
+from ckpt.objstore.codec import MAGIC as ENVELOPE_MAGIC
+from ckpt.objstore.codec import decode_object, encode_object, pack_data, unpack_data
 from ckpt.objstore.errors import CorruptObject
 from ckpt.objstore.ids import OID_SIZE, hash_bytes
 from ckpt.objstore.native import load_native
@@ -70,9 +74,14 @@ from ckpt.objstore.native import load_native
 _fsops = load_native("ckpt.checkpoints._fsops")
 _native_exchange = None if _fsops is None else _fsops.exchange
 
+# A cache file is one object envelope (codec.py: a zstd frame, its size declared), then its
+# BLAKE3: the rows' ids do not compress, but names and stat fields do.
+COMPRESSION_LEVEL = 1
 # Bumped whenever the layout of the file changes: a cache of another version is ignored, never
-# misread.
-CACHE_VERSION = 6
+# misread. Version 6 differs only in how a record packs its rows (plain msgpack arrays, which
+# statcache_rows.py still reads) and in not being compressed: it is read, and the next save writes it again as version 7.
+CACHE_VERSION = 7
+READABLE_VERSIONS = frozenset({6, CACHE_VERSION})
 # Timestamps come from a coarse kernel clock (a jiffy, up to 10 ms at HZ=100): a file whose
 # mtime is this close to the scan start could still change without its mtime moving.
 RACY_WINDOW_NS = 20_000_000
@@ -159,19 +168,14 @@ def tree_row(name: bytes, tree: bytes | None, size: int) -> FileRow:
 
 
 def decode_rows(raw: object) -> list[FileRow]:
-    """Rows as stored (msgpack arrays) -> `FileRow`s; CorruptObject if they are not rows."""
-    if not isinstance(raw, list):
-        raise CorruptObject(None, "stat cache: bad rows")  # checksummed: not expected
-    try:
-        rows = list(map(row_of, raw))
-    except TypeError:
-        rows = []
-    if len(rows) != len(raw) or any(len(row) != _ROW_FIELDS for row in rows):
-        raise CorruptObject(None, "stat cache: bad row")
-    return rows
+    """Rows stored as plain msgpack arrays -> `FileRow`s; CorruptObject if they are not rows."""
+    return unpack_plain_rows(raw, row_of)
 
 
-_ROW_FIELDS = len(FileRow._fields)
+def unpack_record_rows(packed: bytes, listing: bytes) -> list[FileRow]:
+    """A record's rows as stored (compact against `listing`, the one stored with them, or plain
+    arrays) -> `FileRow`s; CorruptObject if they are not rows."""
+    return unpack_rows(packed, listing, row_of)
 
 # A row's name, as a sort key: a C callable, since sorting a directory's rows calls it per row.
 row_name: Callable[[FileRow], bytes] = operator.itemgetter(0)
@@ -203,19 +207,22 @@ class DirRecord:
     `subdirs` [name, tree id] of the subdirectories captured; `ignored` the names its rules
     left out (a "/" appended for directories)."""
 
-    __slots__ = ("_packed", "_rows", "files", "ignored", "ignores", "leaves", "listing",
-                 "recheck", "size", "subdirs", "tree")
+    __slots__ = ("_packed", "_packed_against", "_rows", "files", "ignored", "ignores", "leaves",
+                 "listing", "recheck", "size", "subdirs", "tree")
 
     def __init__(self, tree: bytes, size: int, files: int, rows: list[FileRow] | None, *,
                  packed: bytes | None = None, listing: bytes = b"", ignores: list[Any] | None = None,
                  subdirs: list[list[bytes]] | None = None, ignored: list[bytes] | None = None,
-                 leaves: int = -1, recheck: Recheck | None = None) -> None:
+                 leaves: int = -1, recheck: Recheck | None = None,
+                 packed_against: bytes = b"") -> None:
         self.tree = tree  # the directory's tree oid; b"" once its rows no longer describe one
         self.size = size  # file bytes below it
         self.files = files  # files below it
         self.leaves = leaves  # files and symlinks below it (-1: not known)
         self._rows = rows  # sorted by name; None until `_packed` is decoded
         self._packed = packed
+        # The listing `_packed` was packed against (statcache_rows.py): the one stored with it.
+        self._packed_against = packed_against
         self.listing = listing
         self.recheck = recheck
         self.ignores = ignores if ignores is not None else NOT_SETTLED
@@ -225,7 +232,7 @@ class DirRecord:
     @property
     def rows(self) -> list[FileRow]:
         if self._rows is None:
-            self._rows = decode_rows(unpack_data(self._packed or b"", what="stat cache"))
+            self._rows = unpack_record_rows(self._packed or b"", self._packed_against)
         return self._rows
 
     @rows.setter
@@ -243,10 +250,22 @@ class DirRecord:
     def summary(self) -> DirSummary:
         return DirSummary(self.tree, self.size, self.files, self.leaves)
 
+    def reference_listing(self) -> bytes:
+        """The listing stored with this record that its packed rows are made against: the
+        trusted one, else the one kept aside, else none."""
+        if self.listing:
+            return self.listing
+        return self.recheck.listing if self.recheck is not None else b""
+
     def packed_rows(self) -> bytes:
-        if self._packed is None:
-            self._packed = pack_data(self._rows or [])
-        return self._packed
+        """The rows packed against `reference_listing()`: as read while that is still the
+        listing they were packed against (a restore may set the listing alone)."""
+        against = self.reference_listing()
+        packed = self._packed
+        if packed is None or packed[:1] != MAGIC or against != self._packed_against:
+            packed = self._packed = pack_rows(self.rows, against)
+            self._packed_against = against
+        return packed
 
     @classmethod
     def from_wire(cls, wire: Sequence[Any]) -> DirRecord:
@@ -263,7 +282,8 @@ class DirRecord:
             raise CorruptObject(None, "stat cache: bad record")
         return cls(tree, size, files, None, packed=packed, listing=listing, ignores=ignores,
                    subdirs=subdirs, ignored=ignored, leaves=leaves,
-                   recheck=None if recheck is None else Recheck(*recheck))
+                   recheck=None if recheck is None else Recheck(*recheck),
+                   packed_against=listing or (recheck[0] if recheck is not None else b""))
 
     def to_wire(self) -> list[Any]:
         names = b"\0".join(name for name, _tree in self.subdirs)
@@ -411,47 +431,72 @@ class StatCache:
 class CacheBase:
     digest: bytes  # the base file's trailing BLAKE3
     wire: dict[bytes, Wire]  # its records as read: a record still this object is in it as is
-    size: int  # its bytes
+    size: int  # its payload's bytes, uncompressed
+    version: int = CACHE_VERSION  # an older one is saved again whole, every record repacked
 
 
 class _OtherVersion(Exception):
     """A cache written by another version of ckpt: not damage, just not usable."""
 
 
-def _checked_body(data: bytes) -> memoryview | None:
-    """What precedes the trailing BLAKE3 of a cache file (a view: a large cache is not copied), or None
-    if the digest does not match it (damaged or truncated)."""
+def _checked_body(data: bytes) -> bytes | memoryview | None:
+    """What precedes the trailing BLAKE3 of a cache file, taken out of its envelope (else, as
+    version 6 wrote it, a view: a large cache is not copied), or None if the digest does not
+    match it (damaged or truncated). ValueError if the envelope is not one `_framed` writes."""
     body = memoryview(data)[:-OID_SIZE]
     if len(data) <= OID_SIZE or hash_bytes(body) != data[-OID_SIZE:]:
         return None
-    return body
+    if body[:len(ENVELOPE_MAGIC)] != ENVELOPE_MAGIC:
+        return body  # written plain (version 6): a msgpack array never starts so
+    try:
+        return decode_object(data[:-OID_SIZE])
+    except CorruptObject as exc:  # checksummed: a writer's bug, not damage
+        raise ValueError(f"stat cache: bad envelope ({exc})") from None
 
 
-def _decode(data: bytes) -> tuple[int, str, DirTable, tuple[str, dict[str, Any]] | None]:
-    """(gc generation, settings, records, ignore translations) of a cache file; ValueError (or
-    CorruptObject) if damaged."""
+def _framed(payload: bytes) -> bytes:
+    """A cache file's bytes: `payload` in an object envelope (compressed), then the BLAKE3 of
+    that envelope."""
+    envelope = encode_object(payload, COMPRESSION_LEVEL)
+    return envelope + hash_bytes(envelope)
+
+
+class _Decoded(NamedTuple):
+    version: int
+    gc_generation: int
+    settings: str
+    dirs: DirTable
+    translations: tuple[str, dict[str, Any]] | None
+    size: int  # the payload's bytes, uncompressed
+
+
+def _decode(data: bytes) -> _Decoded:
+    """A cache file decoded; ValueError (or CorruptObject) if damaged, _OtherVersion if not of a
+    readable version."""
     body = _checked_body(data)
     if body is None:
         try:
             old = unpack_data(data, what="stat cache")
         except CorruptObject:
             old = None
-        if isinstance(old, list) and old and type(old[0]) is int and old[0] < CACHE_VERSION:
+        if isinstance(old, list) and old and type(old[0]) is int and old[0] < min(READABLE_VERSIONS):
             raise _OtherVersion
         raise ValueError("checksum mismatch (damaged or truncated)")
     payload = unpack_data(body, what="stat cache")
     if not isinstance(payload, list) or len(payload) not in (4, 5):  # 4: no translations yet
-        if isinstance(payload, list) and payload and payload[0] != CACHE_VERSION:
+        if isinstance(payload, list) and payload and payload[0] not in READABLE_VERSIONS:
             raise _OtherVersion
         raise TypeError("not a stat cache")
-    if payload[0] != CACHE_VERSION:
+    version = payload[0]
+    if type(version) is not int or version not in READABLE_VERSIONS:
         raise _OtherVersion
     _, cached_generation, settings, wire, *extra = payload
     if not isinstance(settings, str) or not isinstance(wire, dict):
         raise TypeError("bad settings")
     # Records are checked when decoded (DirRecord.from_wire); the native walk skips any entry
     # that is not [bytes, bytes, ...].
-    return cached_generation, settings, DirTable(wire), _translations(extra[0] if extra else None)
+    return _Decoded(version, cached_generation, settings, DirTable(wire),
+                    _translations(extra[0] if extra else None), len(body))
 
 
 def _translations(value: Any) -> tuple[str, dict[str, Any]] | None:
@@ -482,7 +527,8 @@ def _decode_delta(data: bytes, base_digest: bytes
     if body is None:
         raise ValueError("checksum mismatch (damaged or truncated)")
     payload = unpack_data(body, what="stat cache delta")
-    if not (isinstance(payload, list) and len(payload) == 7 and payload[0] == CACHE_VERSION):
+    if not (isinstance(payload, list) and len(payload) == 7 and type(payload[0]) is int
+            and payload[0] in READABLE_VERSIONS):
         raise TypeError("not a stat cache delta")
     _, base, generation, settings, changed, removed, translations = payload
     if not (isinstance(base, bytes) and isinstance(settings, str) and isinstance(changed, dict)
@@ -498,14 +544,14 @@ def read_stat_cache(path: str, *, gc_generation: int) -> StatCache:
     if data is None:
         return StatCache(gc_generation=gc_generation)
     try:
-        cached_generation, settings, dirs, translations = _decode(data)
+        version, cached_generation, settings, dirs, translations, size = _decode(data)
     except (_OtherVersion, CorruptObject, ValueError, TypeError, KeyError, IndexError):
         # A damaged cache costs only speed: everything is hashed again.
         return StatCache(gc_generation=gc_generation)
     base_wire = dirs._wire
     # Its own dict: the table's may change in place; the records (lists) are shared, which is
     # how a save tells the ones still as read (`is`).
-    base = CacheBase(data[-OID_SIZE:], dict(base_wire), len(data))
+    base = CacheBase(data[-OID_SIZE:], dict(base_wire), size, version)
     delta_data = _read(_delta_path(path))
     delta = None
     if delta_data is not None:
@@ -536,7 +582,7 @@ def check_stat_cache(path: str) -> str | None:
     if data is None:
         return None
     try:
-        for _record in _decode(data)[2].values():  # decoding each record checks its shape
+        for _record in _decode(data).dirs.values():  # decoding each record checks its shape
             pass
         delta = _read(_delta_path(path))
         if delta is not None:
@@ -562,7 +608,10 @@ def write_stat_cache(path: str, cache: StatCache) -> None:
     translations = list(cache.ignore_translations) if cache.ignore_translations else None
     wire = cache.dirs.to_wire()
     base = cache.base
-    if base is not None:
+    if base is not None and base.version != CACHE_VERSION:
+        # Read from an older version: every record is repacked, then saved as a new base.
+        wire = {key: DirRecord.from_wire(value).to_wire() for key, value in wire.items()}
+    elif base is not None:
         limit = max(DELTA_MIN_BYTES, base.size // DELTA_SHARE)
         changed = {key: value for key, value in wire.items() if base.wire.get(key) is not value}
         # The records' bytes, known before packing: a delta sure to be too big is not packed.
@@ -571,14 +620,15 @@ def write_stat_cache(path: str, cache: StatCache) -> None:
             delta = pack_data((CACHE_VERSION, base.digest, cache.gc_generation, cache.settings,
                                changed, removed, translations))
             if len(delta) <= limit:
-                _replace(_delta_path(path), delta + hash_bytes(delta))
+                _replace(_delta_path(path), _framed(delta))
                 return
     data = pack_data((CACHE_VERSION, cache.gc_generation, cache.settings, wire, translations))
-    data += hash_bytes(data)
+    size = len(data)
+    data = _framed(data)
     _replace(path, data)
     with contextlib.suppress(FileNotFoundError):  # stale now whatever happens: its base is gone
         os.unlink(_delta_path(path))
-    cache.base = CacheBase(data[-OID_SIZE:], wire, len(data))
+    cache.base = CacheBase(data[-OID_SIZE:], wire, size)
 
 
 def _wire_size(wire: Wire) -> int:
