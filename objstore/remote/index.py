@@ -9,9 +9,10 @@ oid -> (pack id, offset, length). A damaged index is left out of the table and r
 from __future__ import annotations
 
 import os
-import struct
 from array import array
 from dataclasses import dataclass, field
+from itertools import repeat
+from typing import NamedTuple, cast
 
 from ckpt.objstore import codec
 from ckpt.objstore.atomicfile import write_atomically
@@ -22,8 +23,7 @@ from ckpt.objstore.remote.errors import RemoteNotFound
 from ckpt.objstore.remote.transport import S3Transport
 
 
-@dataclass(frozen=True, slots=True)
-class Location:
+class Location(NamedTuple):  # a tuple: made per object of the remote at each sync
     packid: str
     offset: int  # of the stored bytes in the pack (the record header is just before)
     length: int
@@ -35,8 +35,30 @@ class RemoteIndex:
     locations: dict[ObjectId, Location] = field(default_factory=dict)
     pack_sizes: dict[str, int] = field(default_factory=dict)
     pack_entries: dict[str, list[tuple[ObjectId, int, int]]] = field(default_factory=dict)
-    refs: dict[ObjectId, ObjectId] = field(default_factory=dict)
-    damaged: dict[str, str] = field(default_factory=dict)  # key -> reason
+    # Loaded on first use (`refs`, `damaged`): only a fetch and maintenance need the refs
+    # files, and decoding them costs an upload more than the rest of the index.
+    _refs: dict[ObjectId, ObjectId] = field(default_factory=dict)
+    _damaged: dict[str, str] = field(default_factory=dict)  # key -> reason
+    _refs_to_load: list[str] = field(default_factory=list)  # pack ids
+    _transport: S3Transport | None = None
+
+    @property
+    def refs(self) -> dict[ObjectId, ObjectId]:
+        """oid -> the dictionary or base its envelope names, for every pack with a refs file."""
+        self._load_pending_refs()
+        return self._refs
+
+    @property
+    def damaged(self) -> dict[str, str]:
+        """The damaged index and refs files: key -> why."""
+        self._load_pending_refs()
+        return self._damaged
+
+    def _load_pending_refs(self) -> None:
+        pending, self._refs_to_load = self._refs_to_load, []
+        if pending and self._transport is not None:
+            for packid in pending:
+                self._load_refs(self._transport, packid)
 
     def sync(self, transport: S3Transport) -> None:
         listed = {packid: info.size for info in transport.list(layout.INDEX)
@@ -46,24 +68,28 @@ class RemoteIndex:
         self.locations.clear()
         self.pack_sizes.clear()
         self.pack_entries.clear()
-        self.refs.clear()
-        self.damaged.clear()
+        self._refs.clear()
+        self._damaged.clear()
+        self._refs_to_load.clear()
+        self._transport = transport
         self._forget_unlisted("index", set(listed))
         self._forget_unlisted("refs", with_refs)
-        for packid in sorted(listed):
+        # Last to first, each pack's table over what is there: an object in several packs is
+        # found in the first by name, as with one setdefault per entry, at C speed.
+        for packid in sorted(listed, reverse=True):
             key = layout.index_key(packid)
             decoded = self._decoded_index(transport, packid, key, listed[packid])
             if decoded is None:
                 continue
             oids, locations, pack_size = decoded
-            entries = [(ObjectId(oid), locations[2 * n], locations[2 * n + 1])
-                       for n, (oid,) in enumerate(struct.iter_unpack(f"{OID_SIZE}s", oids))]
+            ids = cast(list[ObjectId], [oids[i:i + OID_SIZE]
+                                        for i in range(0, len(oids), OID_SIZE)])
+            offsets, lengths = locations[0::2], locations[1::2]
             self.pack_sizes[packid] = pack_size
-            self.pack_entries[packid] = entries
-            for oid, offset, length in entries:
-                self.locations.setdefault(oid, Location(packid, offset, length))
+            self.pack_entries[packid] = list(zip(ids, offsets, lengths))
+            self.locations.update(zip(ids, map(Location, repeat(packid), offsets, lengths)))
             if packid in with_refs:
-                self._load_refs(transport, packid)
+                self._refs_to_load.append(packid)
 
     def _decoded_index(self, transport: S3Transport, packid: str, key: str, size: int
                        ) -> tuple[bytes, array[int], int] | None:
@@ -76,7 +102,7 @@ class RemoteIndex:
             try:
                 return decode_index(data)
             except CorruptIndex as exc:
-                self.damaged[key] = str(exc)
+                self._damaged[key] = str(exc)
                 self._drop_cached("index", packid)
         return None
 
@@ -91,10 +117,10 @@ class RemoteIndex:
             if any(len(a) != OID_SIZE or len(b) != OID_SIZE for a, b in pairs):
                 raise ValueError("bad id length")
         except (ValueError, TypeError) as exc:
-            self.damaged[key] = str(exc)
+            self._damaged[key] = str(exc)
             self._drop_cached("refs", packid)
             return
-        self.refs.update(pairs)
+        self._refs.update(pairs)
 
     # -- the cache -----------------------------------------------------------------------
 
@@ -155,7 +181,7 @@ class RemoteIndex:
         self.pack_entries[packid] = entries
         for oid, offset, length in entries:
             self.locations.setdefault(oid, Location(packid, offset, length))
-        self.refs.update(refs)
+        self._refs.update(refs)
 
     def drop_pack(self, packid: str) -> None:
         """Forget a pack gc removed (its objects stay known where another pack has them)."""
@@ -169,4 +195,6 @@ class RemoteIndex:
                 if oid not in self.locations:
                     self.locations[oid] = Location(other, offset, length)
         self._drop_cached("index", packid)
+        if packid in self._refs_to_load:
+            self._refs_to_load.remove(packid)
         self._drop_cached("refs", packid)
