@@ -156,8 +156,8 @@ class RemoteRepo:
     def missing(self, oids: Iterable[ObjectId]) -> set[ObjectId]:
         """The ids of `oids` no index of the remote names."""
         self._sync()
-        known = self._index.locations
-        return {oid for oid in oids if oid not in known}
+        names = self._index.names
+        return {oid for oid in oids if not names(oid)}
 
     def upload(self, store: ObjectStore, oids: Iterable[ObjectId],
                progress: Callable[[int, int], None] | None = None) -> UploadReport:
@@ -166,11 +166,11 @@ class RemoteRepo:
         indexed: objects uploaded so far, objects found to upload so far. ObjectNotFound if
         the store lacks one."""
         self._sync()
-        known = self._index.locations
+        known = self._index.names
         queue = deque(dict.fromkeys(oids))
         queued = set(queue)
         skipped = uploaded = packs = sent_bytes = 0
-        total = sum(1 for oid in queue if oid not in known)
+        total = sum(1 for oid in queue if not known(oid))
         builder = PackBuilder()
         # One pack in flight on a thread while the next is read and checked here.
         in_flight: tuple[Future[int], int] | None = None
@@ -190,7 +190,7 @@ class RemoteRepo:
         with ThreadPoolExecutor(1, thread_name_prefix="ckpt-remote-put") as pool:
             while queue:
                 oid = queue.popleft()
-                if oid in known:
+                if known(oid):
                     skipped += 1
                     continue
                 stored = store.backend.get(oid)
@@ -199,7 +199,7 @@ class RemoteRepo:
                 fresh = [r for r in refs if r not in queued]
                 queued.update(fresh)
                 queue.extend(fresh)
-                total += sum(r not in known for r in fresh)
+                total += sum(not known(r) for r in fresh)
                 builder.append(oid, stored, refs)
                 if builder.size >= self.pack_size:
                     landed()
