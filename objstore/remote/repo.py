@@ -28,7 +28,7 @@ import secrets
 import shutil
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Literal
@@ -263,26 +263,30 @@ class RemoteRepo:
         raised = False
         while rounds:
             later: list[ObjectId] = []
-            for records in self._read_packs(self._by_pack(rounds.popleft())):
-                ready: list[tuple[ObjectId, bytes]] = []
-                for oid, stored, span_bytes in records:
-                    requests += span_bytes > 0
-                    fetched_bytes += span_bytes
-                    codec.read_header(stored, oid)  # magic, format and codec: CorruptObject
-                    refs = codec.envelope_refs(stored, oid)
-                    if refs:
-                        if not raised:
-                            store.ensure_format(2)
-                            raised = True
-                        fresh = [r for r in refs if r not in asked]
-                        asked.update(fresh)
-                        later += lacking(store, fresh)
-                        if not all(have(r) for r in refs):
-                            waiting[oid] = (stored, refs)
-                            continue
-                    ready.append((oid, stored))
-                put += put_many(ready)
-                stored_ids.update(oid for oid, _ in ready)
+            packs = self._read_packs(self._by_pack(rounds.popleft()))
+            try:
+                for records in packs:
+                    ready: list[tuple[ObjectId, bytes]] = []
+                    for oid, stored, span_bytes in records:
+                        requests += span_bytes > 0
+                        fetched_bytes += span_bytes
+                        codec.read_header(stored, oid)  # magic, format and codec: CorruptObject
+                        refs = codec.envelope_refs(stored, oid)
+                        if refs:
+                            if not raised:
+                                store.ensure_format(2)
+                                raised = True
+                            fresh = [r for r in refs if r not in asked]
+                            asked.update(fresh)
+                            later += lacking(store, fresh)
+                            if not all(have(r) for r in refs):
+                                waiting[oid] = (stored, refs)
+                                continue
+                        ready.append((oid, stored))
+                    put += put_many(ready)
+                    stored_ids.update(oid for oid, _ in ready)
+            finally:  # on a raise too: the read ahead is waited for, its thread ended
+                packs.close()
             if later:
                 rounds.append(later)
         while waiting:  # every reference is stored by now, unless the remote holds a cycle
@@ -315,7 +319,7 @@ class RemoteRepo:
             rounds.appendleft(level)
 
     def _read_packs(self, groups: dict[str, list[Entry]]
-                    ) -> Iterator[Iterator[tuple[ObjectId, bytes, int]]]:
+                    ) -> Generator[Iterator[tuple[ObjectId, bytes, int]], None, None]:
         """The records of each pack of `groups` (as `_records` gives them); the
         next pack's ranges are being fetched on a thread while the caller stores this one's."""
         keys = [(layout.pack_key(packid), entries) for packid, entries in groups.items()]
