@@ -309,7 +309,7 @@ def walk_fetching(repo: RemoteRepo, store: ObjectStore, roots: Iterable[ObjectId
     fetched = 0
     level = set(roots)
     while level:
-        fetched += repo.fetch(store, level).objects  # only what the store lacks
+        fetched += repo.fetch(store, level, sync=False).objects  # only what the store lacks
         trees |= level
         below: set[ObjectId] = set()
         for oid in level:
@@ -322,6 +322,8 @@ def walk_fetching(repo: RemoteRepo, store: ObjectStore, roots: Iterable[ObjectId
                 else:
                     blobs.add(entry.oid)
         level = below
+    if fetched:
+        store.sync()  # once for every level
     return trees, blobs, fetched
 
 

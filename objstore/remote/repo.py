@@ -230,14 +230,16 @@ class RemoteRepo:
         self._index.add_pack(packid, builder.entries, len(data), builder.refs)
         return len(data)
 
-    def fetch(self, store: ObjectStore, oids: Iterable[ObjectId]) -> FetchReport:
+    def fetch(self, store: ObjectStore, oids: Iterable[ObjectId], *, sync: bool = True
+              ) -> FetchReport:
         """Put into `store` the objects of `oids` it lacks (and the dictionaries and bases
         their envelopes need, each stored before what needs it). A record's framing (crc32 of
         id and envelope) and its envelope's header are checked before the store gets it; its
         content is not decoded here: every read of the store verifies it by its hash.
         CorruptObject naming the object, RemoteCorrupt naming a pack or index, RemoteNotFound
         for an object no index names. The remote's indexes are listed once per lock hold,
-        and again when one of `oids` is in none of them."""
+        and again when one of `oids` is in none of them. `sync`: publish the store's packs at
+        the end (a caller fetching in several calls may do it once after the last)."""
         wanted = lacking(store, list(dict.fromkeys(oids)))
         if not wanted:
             return FetchReport(0, 0, 0)
@@ -298,7 +300,8 @@ class RemoteRepo:
             for oid in ready_ids:
                 put += put_many([(oid, waiting.pop(oid)[0])])
                 stored_ids.add(oid)
-        store.sync()
+        if sync:
+            store.sync()
         return FetchReport(put, fetched_bytes, requests)
 
     def _refs_first(self, store: ObjectStore, wanted: list[ObjectId]) -> deque[list[ObjectId]]:
