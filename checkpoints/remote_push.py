@@ -24,8 +24,9 @@ from ckpt.objstore.objects import TreeEntry
 
 @dataclass(frozen=True, slots=True)
 class PushPlan:
-    """The ids a push hands to the upload (trees and blobs, each once) and how many trees the
-    diff read to find them."""
+    """The ids a push hands to the upload (trees and blobs, each once; every tree before the
+    blobs, so that the packs hold a push's trees side by side and a fresh machine's walk of
+    them reads a few ranges, not a range per tree) and how many trees the diff read."""
 
     oids: tuple[ObjectId, ...]
     trees_read: int
@@ -36,15 +37,17 @@ def plan_push(store: ObjectStore, todo: Sequence[CheckpointRecord],
     """The objects of `todo` (oldest first) that are not below the tree of a base: a checkpoint
     of `bases` (on the remote, every object here) or an earlier one of `todo`."""
     on_remote = sorted(bases, key=_order)
-    found: dict[ObjectId, None] = {}
-    walked: set[ObjectId] = set()  # trees whose content is in `found` or on the remote
+    trees: dict[ObjectId, None] = {}
+    blobs: dict[ObjectId, None] = {}
+    walked: set[ObjectId] = set()  # trees whose content is in `trees` or on the remote
     reads = 0
     sent: list[CheckpointRecord] = []
     for record in todo:
         base = _base_for(record, sent, on_remote)
-        reads += _diff(store, record.tree, None if base is None else base.tree, found, walked)
+        reads += _diff(store, record.tree, None if base is None else base.tree, trees, blobs,
+                       walked)
         sent.append(record)
-    return PushPlan(tuple(found), reads)
+    return PushPlan((*trees, *blobs), reads)
 
 
 def _order(record: CheckpointRecord) -> tuple[object, str]:
@@ -66,9 +69,9 @@ def _base_for(record: CheckpointRecord, sent: Sequence[CheckpointRecord],
     return None
 
 
-def _diff(store: ObjectStore, new: ObjectId, old: ObjectId | None,
-          found: dict[ObjectId, None], walked: set[ObjectId]) -> int:
-    """Add to `found` every object below `new` that is not below `old`; returns the trees
+def _diff(store: ObjectStore, new: ObjectId, old: ObjectId | None, trees: dict[ObjectId, None],
+          blobs: dict[ObjectId, None], walked: set[ObjectId]) -> int:
+    """Add to `trees` and `blobs` every object below `new` not below `old`; returns the trees
     read. A damaged or missing tree of `new` raises (the push must not send half of it); one
     of `old` counts as absent (its subtree is walked whole)."""
     reads = 0
@@ -78,7 +81,7 @@ def _diff(store: ObjectStore, new: ObjectId, old: ObjectId | None,
         if tree_id == base_id or tree_id in walked:
             continue
         walked.add(tree_id)
-        found[tree_id] = None
+        trees[tree_id] = None
         tree = store.get_tree(tree_id)
         reads += 1
         before: dict[bytes, TreeEntry] = {}
@@ -98,5 +101,5 @@ def _diff(store: ObjectStore, new: ObjectId, old: ObjectId | None,
                 stack.append((entry.oid, was.oid if was is not None
                               and was.kind is EntryKind.TREE else None))
             else:
-                found[entry.oid] = None
+                blobs[entry.oid] = None
     return reads

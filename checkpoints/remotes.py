@@ -260,9 +260,7 @@ class Remote:
         repo = self.repo()
         with repo.lock("shared"):
             _trees, blobs, fetched = walk_fetching(repo, store, [record.tree])
-            lacking = [oid for oid in blobs if not store.has(oid)]
-            if lacking:
-                fetched += repo.fetch(store, lacking).objects
+            fetched += repo.fetch(store, blobs).objects  # only what the store lacks
         store.sync()
         update_origins(self.ws.store_dir, {record.id: Pulled(self.info.name, Origin.LOCAL)})
         return fetched
@@ -311,9 +309,7 @@ def walk_fetching(repo: RemoteRepo, store: ObjectStore, roots: Iterable[ObjectId
     fetched = 0
     level = set(roots)
     while level:
-        lacking = [oid for oid in level if not store.has(oid)]
-        if lacking:
-            fetched += repo.fetch(store, lacking).objects
+        fetched += repo.fetch(store, level, sync=False).objects  # only what the store lacks
         trees |= level
         below: set[ObjectId] = set()
         for oid in level:
@@ -326,6 +322,8 @@ def walk_fetching(repo: RemoteRepo, store: ObjectStore, roots: Iterable[ObjectId
                 else:
                     blobs.add(entry.oid)
         level = below
+    if fetched:
+        store.sync()  # once for every level
     return trees, blobs, fetched
 
 

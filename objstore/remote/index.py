@@ -9,9 +9,10 @@ oid -> (pack id, offset, length). A damaged index is left out of the table and r
 from __future__ import annotations
 
 import os
-import struct
 from array import array
 from dataclasses import dataclass, field
+from itertools import repeat
+from typing import NamedTuple, cast
 
 from ckpt.objstore import codec
 from ckpt.objstore.atomicfile import write_atomically
@@ -21,9 +22,26 @@ from ckpt.objstore.remote import layout
 from ckpt.objstore.remote.errors import RemoteNotFound
 from ckpt.objstore.remote.transport import S3Transport
 
+# `names` questions answered by binary search before the tables are built instead.
+_SEARCHES = 4096
 
-@dataclass(frozen=True, slots=True)
-class Location:
+
+def _in_sorted(oids: bytes, oid: bytes) -> bool:
+    """Whether `oid` is one of the sorted ids concatenated in `oids`."""
+    lo, hi = 0, len(oids) // OID_SIZE
+    while lo < hi:
+        mid = (lo + hi) // 2
+        probe = oids[mid * OID_SIZE:(mid + 1) * OID_SIZE]
+        if probe < oid:
+            lo = mid + 1
+        elif probe > oid:
+            hi = mid
+        else:
+            return True
+    return False
+
+
+class Location(NamedTuple):  # a tuple: made per object of the remote at each sync
     packid: str
     offset: int  # of the stored bytes in the pack (the record header is just before)
     length: int
@@ -32,22 +50,93 @@ class Location:
 @dataclass(slots=True)
 class RemoteIndex:
     cache_dir: str | None
-    locations: dict[ObjectId, Location] = field(default_factory=dict)
     pack_sizes: dict[str, int] = field(default_factory=dict)
-    pack_entries: dict[str, list[tuple[ObjectId, int, int]]] = field(default_factory=dict)
-    refs: dict[ObjectId, ObjectId] = field(default_factory=dict)
-    damaged: dict[str, str] = field(default_factory=dict)  # key -> reason
+    # The tables (`locations`, `pack_entries`) are built on first use: a turn's upload asks
+    # `names` about a few ids, answered by a binary search of each synced index's sorted ids.
+    _locations: dict[ObjectId, Location] = field(default_factory=dict)
+    _entries: dict[str, list[tuple[ObjectId, int, int]]] = field(default_factory=dict)
+    _unbuilt: list[tuple[str, bytes, array[int]]] = field(default_factory=list)  # by name
+    _searches: int = 0
+    # Loaded on first use (`refs`, `damaged`): only a fetch and maintenance need the refs
+    # files, and decoding them costs an upload more than the rest of the index.
+    _refs: dict[ObjectId, ObjectId] = field(default_factory=dict)
+    _damaged: dict[str, str] = field(default_factory=dict)  # key -> reason
+    _refs_to_load: list[str] = field(default_factory=list)  # pack ids
+    _transport: S3Transport | None = None
+
+    @property
+    def locations(self) -> dict[ObjectId, Location]:
+        """oid -> where it is (in the first pack by name that holds it)."""
+        self._build()
+        return self._locations
+
+    @property
+    def pack_entries(self) -> dict[str, list[tuple[ObjectId, int, int]]]:
+        self._build()
+        return self._entries
+
+    def names(self, oid: ObjectId) -> bool:
+        """Whether an index names `oid` (without building the tables for a few questions)."""
+        if oid in self._locations:
+            return True
+        if not self._unbuilt:
+            return False
+        self._searches += 1
+        if self._searches > _SEARCHES:
+            self._build()
+            return oid in self._locations
+        return any(_in_sorted(oids, oid) for _, oids, _ in self._unbuilt)
+
+    def _build(self) -> None:
+        """Put the synced indexes into the tables. Last to first, each pack's table over what
+        is there, so an object in several packs is found in the first by name, at C speed;
+        then what `add_pack` added meanwhile, where no synced index names it."""
+        if not self._unbuilt:
+            return
+        unbuilt, self._unbuilt = self._unbuilt, []
+        added = dict(self._locations)
+        self._locations.clear()
+        for packid, oids, locations in reversed(unbuilt):
+            ids = cast(list[ObjectId], [oids[i:i + OID_SIZE]
+                                        for i in range(0, len(oids), OID_SIZE)])
+            offsets, lengths = locations[0::2], locations[1::2]
+            self._entries[packid] = list(zip(ids, offsets, lengths))
+            self._locations.update(zip(ids, map(Location, repeat(packid), offsets, lengths)))
+        for oid, where in added.items():
+            self._locations.setdefault(oid, where)
+
+    @property
+    def refs(self) -> dict[ObjectId, ObjectId]:
+        """oid -> the dictionary or base its envelope names, for every pack with a refs file."""
+        self._load_pending_refs()
+        return self._refs
+
+    @property
+    def damaged(self) -> dict[str, str]:
+        """The damaged index and refs files: key -> why."""
+        self._load_pending_refs()
+        return self._damaged
+
+    def _load_pending_refs(self) -> None:
+        pending, self._refs_to_load = self._refs_to_load, []
+        if pending and self._transport is not None:
+            for packid in pending:
+                self._load_refs(self._transport, packid)
 
     def sync(self, transport: S3Transport) -> None:
         listed = {packid: info.size for info in transport.list(layout.INDEX)
                   if (packid := layout.packid_of(info.key, layout.INDEX)) is not None}
         with_refs = {packid for info in transport.list(layout.REFS)
                      if (packid := layout.packid_of(info.key, layout.REFS)) is not None}
-        self.locations.clear()
+        self._locations.clear()
         self.pack_sizes.clear()
-        self.pack_entries.clear()
-        self.refs.clear()
-        self.damaged.clear()
+        self._entries.clear()
+        self._unbuilt.clear()
+        self._searches = 0
+        self._refs.clear()
+        self._damaged.clear()
+        self._refs_to_load.clear()
+        self._transport = transport
         self._forget_unlisted("index", set(listed))
         self._forget_unlisted("refs", with_refs)
         for packid in sorted(listed):
@@ -56,14 +145,10 @@ class RemoteIndex:
             if decoded is None:
                 continue
             oids, locations, pack_size = decoded
-            entries = [(ObjectId(oid), locations[2 * n], locations[2 * n + 1])
-                       for n, (oid,) in enumerate(struct.iter_unpack(f"{OID_SIZE}s", oids))]
             self.pack_sizes[packid] = pack_size
-            self.pack_entries[packid] = entries
-            for oid, offset, length in entries:
-                self.locations.setdefault(oid, Location(packid, offset, length))
+            self._unbuilt.append((packid, oids, locations))
             if packid in with_refs:
-                self._load_refs(transport, packid)
+                self._refs_to_load.append(packid)
 
     def _decoded_index(self, transport: S3Transport, packid: str, key: str, size: int
                        ) -> tuple[bytes, array[int], int] | None:
@@ -76,7 +161,7 @@ class RemoteIndex:
             try:
                 return decode_index(data)
             except CorruptIndex as exc:
-                self.damaged[key] = str(exc)
+                self._damaged[key] = str(exc)
                 self._drop_cached("index", packid)
         return None
 
@@ -91,10 +176,10 @@ class RemoteIndex:
             if any(len(a) != OID_SIZE or len(b) != OID_SIZE for a, b in pairs):
                 raise ValueError("bad id length")
         except (ValueError, TypeError) as exc:
-            self.damaged[key] = str(exc)
+            self._damaged[key] = str(exc)
             self._drop_cached("refs", packid)
             return
-        self.refs.update(pairs)
+        self._refs.update(pairs)
 
     # -- the cache -----------------------------------------------------------------------
 
@@ -152,13 +237,14 @@ class RemoteIndex:
                  refs: dict[ObjectId, ObjectId]) -> None:
         """Record a pack this process has just uploaded and indexed."""
         self.pack_sizes[packid] = size
-        self.pack_entries[packid] = entries
+        self._entries[packid] = entries
         for oid, offset, length in entries:
-            self.locations.setdefault(oid, Location(packid, offset, length))
-        self.refs.update(refs)
+            self._locations.setdefault(oid, Location(packid, offset, length))
+        self._refs.update(refs)
 
     def drop_pack(self, packid: str) -> None:
         """Forget a pack gc removed (its objects stay known where another pack has them)."""
+        self._build()
         entries = self.pack_entries.pop(packid, [])
         self.pack_sizes.pop(packid, None)
         for oid, _, _ in entries:
@@ -169,4 +255,6 @@ class RemoteIndex:
                 if oid not in self.locations:
                     self.locations[oid] = Location(other, offset, length)
         self._drop_cached("index", packid)
+        if packid in self._refs_to_load:
+            self._refs_to_load.remove(packid)
         self._drop_cached("refs", packid)

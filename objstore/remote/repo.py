@@ -12,10 +12,13 @@ Upload, resumable by construction:
     a kill leaves whole packs indexed and at most one pack with no index (garbage for gc):
     a rerun re-sends only what no index names
 Fetch:
-    for each wanted id the store lacks: locate it by the index, group by pack, coalesce
-    neighbouring records into ranged GETs; check each record's framing (crc), then the
-    envelope (decode + BLAKE3) before the store gets it; an envelope whose dictionary/base
-    the store lacks waits until that arrives (fetched in the next round)
+    for each wanted id the store lacks (one listing of the store's ids for many): locate it
+    by the index, group by pack, coalesce neighbouring records into ranged GETs (the next
+    pack's GETs run while this one's records are stored); check each record's framing (crc)
+    and envelope header, then store the envelope as it came: every read of the store decodes
+    and hashes it anyway, so it is not decoded twice. A dictionary/base an envelope names is
+    fetched in the next round and stored before it (the envelope waits in memory meanwhile),
+    so a kill never leaves a stored object whose reference is missing
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import secrets
 import shutil
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Literal
@@ -46,7 +49,7 @@ from ckpt.objstore.remote.errors import (
 )
 from ckpt.objstore.remote.index import RemoteIndex
 from ckpt.objstore.remote.locks import HeldLock, LockKind
-from ckpt.objstore.remote.packs import Entry, PackBuilder, iter_records, plan_spans
+from ckpt.objstore.remote.packs import Entry, PackBuilder, Span, iter_records, plan_spans
 from ckpt.objstore.remote.reports import (
     FetchReport,
     RemoteCheckReport,
@@ -58,6 +61,8 @@ from ckpt.objstore.remote.url import RemoteSpec
 from ckpt.objstore.store import ObjectStore
 
 PACK_SIZE = 64 << 20
+# A fetch of at least this many ids lists the store's ids once instead of asking for each.
+_LIST_FROM = 256
 CONNECT_TIMEOUT = 10.0
 HEAD_ATTEMPTS = 16  # If-Match rounds of update_head before it gives up
 _CACHE_ID = "remote-id"
@@ -151,8 +156,8 @@ class RemoteRepo:
     def missing(self, oids: Iterable[ObjectId]) -> set[ObjectId]:
         """The ids of `oids` no index of the remote names."""
         self._sync()
-        known = self._index.locations
-        return {oid for oid in oids if oid not in known}
+        names = self._index.names
+        return {oid for oid in oids if not names(oid)}
 
     def upload(self, store: ObjectStore, oids: Iterable[ObjectId],
                progress: Callable[[int, int], None] | None = None) -> UploadReport:
@@ -161,11 +166,11 @@ class RemoteRepo:
         indexed: objects uploaded so far, objects found to upload so far. ObjectNotFound if
         the store lacks one."""
         self._sync()
-        known = self._index.locations
+        known = self._index.names
         queue = deque(dict.fromkeys(oids))
         queued = set(queue)
         skipped = uploaded = packs = sent_bytes = 0
-        total = sum(1 for oid in queue if oid not in known)
+        total = sum(1 for oid in queue if not known(oid))
         builder = PackBuilder()
         # One pack in flight on a thread while the next is read and checked here.
         in_flight: tuple[Future[int], int] | None = None
@@ -185,7 +190,7 @@ class RemoteRepo:
         with ThreadPoolExecutor(1, thread_name_prefix="ckpt-remote-put") as pool:
             while queue:
                 oid = queue.popleft()
-                if oid in known:
+                if known(oid):
                     skipped += 1
                     continue
                 stored = store.backend.get(oid)
@@ -194,7 +199,7 @@ class RemoteRepo:
                 fresh = [r for r in refs if r not in queued]
                 queued.update(fresh)
                 queue.extend(fresh)
-                total += sum(r not in known for r in fresh)
+                total += sum(not known(r) for r in fresh)
                 builder.append(oid, stored, refs)
                 if builder.size >= self.pack_size:
                     landed()
@@ -225,47 +230,111 @@ class RemoteRepo:
         self._index.add_pack(packid, builder.entries, len(data), builder.refs)
         return len(data)
 
-    def fetch(self, store: ObjectStore, oids: Iterable[ObjectId]) -> FetchReport:
+    def fetch(self, store: ObjectStore, oids: Iterable[ObjectId], *, sync: bool = True
+              ) -> FetchReport:
         """Put into `store` the objects of `oids` it lacks (and the dictionaries and bases
-        their envelopes need), each checked before the store gets it. CorruptObject naming
-        the object, RemoteCorrupt naming a pack or index, RemoteNotFound for an object no
-        index names. The remote's indexes are listed once per lock hold, and again when one
-        of `oids` is in none of them."""
-        wanted = [oid for oid in dict.fromkeys(oids) if not store.has(oid)]
+        their envelopes need, each stored before what needs it). A record's framing (crc32 of
+        id and envelope) and its envelope's header are checked before the store gets it; its
+        content is not decoded here: every read of the store verifies it by its hash.
+        CorruptObject naming the object, RemoteCorrupt naming a pack or index, RemoteNotFound
+        for an object no index names. The remote's indexes are listed once per lock hold,
+        and again when one of `oids` is in none of them. `sync`: publish the store's packs at
+        the end (a caller fetching in several calls may do it once after the last)."""
+        wanted = lacking(store, list(dict.fromkeys(oids)))
+        if not wanted:
+            return FetchReport(0, 0, 0)
         self._sync()
         if any(oid not in self._index.locations for oid in wanted):
             self._sync(again=True)
-        waiting: dict[ObjectId, bytes] = {}  # fetched, their dictionary/base not yet stored
-        asked: set[ObjectId] = set(wanted)
+        put_many = _putter(store)
+        stored_ids: set[ObjectId] = set()  # put by this fetch
+        present: dict[ObjectId, bool] = {}  # references looked up in the store
+
+        def have(ref: ObjectId) -> bool:
+            if ref in stored_ids:
+                return True
+            found = present.get(ref)
+            if found is None:
+                found = present[ref] = store.has(ref)
+            return found
+
+        waiting: dict[ObjectId, tuple[bytes, tuple[ObjectId, ...]]] = {}  # refs not yet stored
+        rounds = self._refs_first(store, wanted)
+        asked: set[ObjectId] = {oid for batch in rounds for oid in batch}
         put = requests = fetched_bytes = 0
-        while wanted:
+        raised = False
+        while rounds:
             later: list[ObjectId] = []
-            for packid, entries in self._by_pack(wanted).items():
-                key = layout.pack_key(packid)
-                checked: list[tuple[ObjectId, bytes]] = []
-                for oid, stored, span_bytes in self._read_records(key, entries):
-                    requests += span_bytes > 0
-                    fetched_bytes += span_bytes
-                    lacking = [r for r in codec.envelope_refs(stored, oid) if not store.has(r)]
-                    if lacking:
-                        waiting[oid] = stored
-                        later.extend(r for r in lacking if r not in asked)
-                        asked.update(lacking)
-                        continue
-                    checked.append((oid, _checked(store, oid, stored)))
-                put += _put_new(store, checked)
-            wanted = later
-        while waiting:
-            ready = [oid for oid, stored in waiting.items()
-                     if all(store.has(r) for r in codec.envelope_refs(stored, oid))]
-            if not ready:
+            packs = self._read_packs(self._by_pack(rounds.popleft()))
+            try:
+                for records in packs:
+                    ready: list[tuple[ObjectId, bytes]] = []
+                    for oid, stored, span_bytes in records:
+                        requests += span_bytes > 0
+                        fetched_bytes += span_bytes
+                        codec.read_header(stored, oid)  # magic, format and codec: CorruptObject
+                        refs = codec.envelope_refs(stored, oid)
+                        if refs:
+                            if not raised:
+                                store.ensure_format(2)
+                                raised = True
+                            fresh = [r for r in refs if r not in asked]
+                            asked.update(fresh)
+                            later += lacking(store, fresh)
+                            if not all(have(r) for r in refs):
+                                waiting[oid] = (stored, refs)
+                                continue
+                        ready.append((oid, stored))
+                    put += put_many(ready)
+                    stored_ids.update(oid for oid, _ in ready)
+            finally:  # on a raise too: the read ahead is waited for, its thread ended
+                packs.close()
+            if later:
+                rounds.append(later)
+        while waiting:  # every reference is stored by now, unless the remote holds a cycle
+            ready_ids = [oid for oid, (_, refs) in waiting.items() if all(map(have, refs))]
+            if not ready_ids:
                 oid = next(iter(waiting))
                 raise CorruptObject(oid, "its dictionary or delta base never arrives "
                                          "(a reference cycle on the remote)")
-            for oid in ready:  # one at a time: one of them may be another's base
-                put += _put_new(store, [(oid, _checked(store, oid, waiting.pop(oid)))])
-        store.sync()
+            for oid in ready_ids:
+                put += put_many([(oid, waiting.pop(oid)[0])])
+                stored_ids.add(oid)
+        if sync:
+            store.sync()
         return FetchReport(put, fetched_bytes, requests)
+
+    def _refs_first(self, store: ObjectStore, wanted: list[ObjectId]) -> deque[list[ObjectId]]:
+        """`wanted` as rounds of a fetch, preceded by the dictionaries and bases the remote's
+        refs files say they need (the deepest first) that the store lacks, so that most
+        envelopes find their reference stored when they arrive, instead of waiting for it
+        in memory. (An envelope naming one the refs files do not is still held back.)"""
+        rounds: deque[list[ObjectId]] = deque([wanted])
+        seen = set(wanted)
+        refs = self._index.refs
+        level = wanted
+        while True:
+            named = {refs[oid] for oid in level if oid in refs} - seen
+            level = lacking(store, list(named))
+            if not level:
+                return rounds
+            seen.update(level)
+            rounds.appendleft(level)
+
+    def _read_packs(self, groups: dict[str, list[Entry]]
+                    ) -> Generator[Iterator[tuple[ObjectId, bytes, int]], None, None]:
+        """The records of each pack of `groups` (as `_records` gives them); the
+        next pack's ranges are being fetched on a thread while the caller stores this one's."""
+        keys = [(layout.pack_key(packid), entries) for packid, entries in groups.items()]
+        if not keys:
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="ckpt-remote-fetch") as pool:
+            ahead = pool.submit(self._get_spans, *keys[0])
+            for i, (key, _entries) in enumerate(keys):
+                spans, parts = ahead.result()
+                if i + 1 < len(keys):
+                    ahead = pool.submit(self._get_spans, *keys[i + 1])
+                yield _records(key, spans, parts)
 
     def _by_pack(self, oids: list[ObjectId]) -> dict[str, list[Entry]]:
         groups: dict[str, list[Entry]] = defaultdict(list)
@@ -278,20 +347,14 @@ class RemoteRepo:
             groups[where.packid].append((oid, where.offset, where.length))
         return groups
 
-    def _read_records(self, key: str, entries: list[Entry]
-                      ) -> Iterator[tuple[ObjectId, bytes, int]]:
-        """(oid, stored bytes, bytes of the GET that brought it, once per GET) per entry, the
-        record's framing checked; CorruptObject naming the object if it is damaged."""
+    def _get_spans(self, key: str, entries: list[Entry]) -> tuple[list[Span], list[bytes]]:
+        """The ranged GETs that cover `entries` of the pack at `key`, and their bytes."""
         spans = plan_spans(entries)
         try:
             parts = self._transport.get_ranges(key, [(s.start, s.length) for s in spans])
         except RemoteNotFound:
             raise RemoteCorrupt(self.url, key, "missing, though an index names it") from None
-        for span, part in zip(spans, parts):
-            got = len(part)
-            for oid, stored in iter_records(key, span, part):
-                yield oid, stored, got
-                got = 0
+        return spans, parts
 
     # -- records and heads ---------------------------------------------------------------
 
@@ -373,21 +436,35 @@ class RemoteRepo:
                               now=self._clock(), send_pack=self._send_pack)
 
 
-def _checked(store: ObjectStore, oid: ObjectId, stored: bytes) -> bytes:
-    try:
-        check_envelope(oid, stored, store)
-    except CorruptObject as exc:
-        raise CorruptObject(oid, f"fetched from the remote: {exc.reason}") from None
-    return stored
+def _records(key: str, spans: list[Span], parts: list[bytes]
+             ) -> Iterator[tuple[ObjectId, bytes, int]]:
+    """(oid, stored bytes, bytes of the GET that brought it, once per GET) per record of
+    `spans`, its framing checked; CorruptObject naming the object if it is damaged."""
+    for span, part in zip(spans, parts):
+        got = len(part)
+        for oid, stored in iter_records(key, span, part):
+            yield oid, stored, got
+            got = 0
 
 
-def _put_new(store: ObjectStore, objects: list[tuple[ObjectId, bytes]]) -> int:
-    """Store checked envelopes as they are (the store lacked them when the fetch began);
-    how many were new. A bulk backend takes them in one lock round."""
+def lacking(store: ObjectStore, oids: list[ObjectId]) -> list[ObjectId]:
+    """The ids of `oids` that `store` does not have, in order. Many are looked up in one
+    listing of the store's ids: a miss of `has` re-reads the pack directory (another
+    process may have published since), which a fetch into an empty store would pay per id."""
+    if len(oids) < _LIST_FROM:
+        return [oid for oid in oids if not store.has(oid)]
+    present = set(store.backend.iter_ids())
+    return [oid for oid in oids if oid not in present]
+
+
+def _putter(store: ObjectStore) -> Callable[[list[tuple[ObjectId, bytes]]], int]:
+    """Stores envelopes as they are (the store lacked them when the fetch began) and says
+    how many were new; a bulk backend takes each batch in one lock round."""
     backend = store.backend
-    if isinstance(backend, BulkBackend):
-        return sum(backend.put_absent_many(objects))
-    return sum(backend.put(oid, stored) for oid, stored in objects)
+    if isinstance(backend, BulkBackend):  # checked once: a Protocol's isinstance is slow
+        bulk = backend
+        return lambda objects: sum(bulk.put_absent_many(objects))
+    return lambda objects: sum(backend.put(oid, stored) for oid, stored in objects)
 
 
 def head_name(session: str) -> str:
