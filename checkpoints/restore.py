@@ -1,9 +1,9 @@
 """Applying a restore plan: the only module that mutates the working tree.
 
 Two steps, so a bad store never leaves a half-restored tree:
-1. stage: every file's content is streamed from the store into a staging directory on the
-   root's filesystem and verified there; a missing or corrupt object aborts here, with the
-   workspace untouched;
+1. stage (staging.py): every file's content is read from the store, verified, and written
+   into a staging directory on the root's filesystem; a missing or corrupt object aborts
+   here, with the workspace untouched;
 2. apply: removals that make room, mkdirs, the staged files and symlinks swapped or renamed
    into place (no temporary name ever appears in the workspace, and a replaced file is never
    missing), chmods, then removals and rmdirs — all relative to directory descriptors opened
@@ -37,14 +37,13 @@ import errno
 import os
 import resource
 import stat as statmod
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ckpt.checkpoints.paths import RelPath, display, parent_rel
 from ckpt.checkpoints.plan import Chmod, FileWrite, RestorePlan
 from ckpt.checkpoints.statcache import RACY_WINDOW_NS
-from ckpt.objstore import EntryKind, ObjectStore, TreeEntry
+from ckpt.objstore import EntryKind, TreeEntry
 from ckpt.objstore.native import load_native
 
 _fsops = load_native("ckpt.checkpoints._fsops")
@@ -97,7 +96,8 @@ class ApplyReport:
     dir_stats: dict[bytes, os.stat_result] = field(default_factory=dict)
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process's umask (read by setting it, then set back)."""
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -219,42 +219,6 @@ def _name(path: RelPath) -> bytes:
     return path.rsplit(b"/", 1)[-1]
 
 
-def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[RelPath, bytes]:
-    """Copy and verify every file's content into `staging`; raise before touching the tree.
-
-    Symlinks are made there too, so that applying moves names only and a killed restore leaves
-    no temporary name in the workspace (the journal's cleanup removes the staging directory).
-    """
-    staged: dict[RelPath, bytes] = {}
-    mask = _umask()
-    os.makedirs(staging, exist_ok=True)
-    stamp = time.time_ns() - RESTORED_AGE_NS
-    try:
-        for index, write in enumerate(plan.writes):
-            entry = write.entry
-            temp = b"%s/%d" % (staging, index)
-            if entry.kind is EntryKind.SYMLINK:
-                assert entry.target is not None
-                os.symlink(entry.target, temp)
-                staged[write.path] = temp
-                continue
-            assert entry.oid is not None
-            mode = restored_mode(entry, mask)
-            # Created with `mode` less the umask: never more than it may have, even for a moment.
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
-            with os.fdopen(fd, "wb") as out:
-                store.copy_to(entry.oid, out)
-                out.flush()
-                if mode & mask:  # the umask took away bits the entry records
-                    os.fchmod(fd, mode)
-                os.utime(fd, ns=(stamp, stamp))
-            staged[write.path] = temp
-    except BaseException:
-        remove_staging(staging)
-        raise
-    return staged
-
-
 def restored_mode(entry: TreeEntry, umask: int) -> int:
     """The permission bits a restore gives the file of `entry`: those it records, exactly; for
     an entry of its kind's default mode (so every file of a tree made before modes were
@@ -345,7 +309,7 @@ def apply_plan(
         for write in plan.writes:
             _write(dirs, write, staged.get(write.path), report, conflict)
             tick()
-        mask = _umask() if plan.chmods else 0
+        mask = current_umask() if plan.chmods else 0
         for chmod in plan.chmods:
             _chmod(dirs, chmod, restored_mode(chmod.entry, mask), report, conflict)
         for removal in plan.removals:

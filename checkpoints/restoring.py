@@ -267,8 +267,8 @@ class Restorer:
             apply_plan,
             remove_staging,
             remove_staging_soon,
-            stage_files,
         )
+        from ckpt.checkpoints.staging import stage_files  # noqa: PLC0415 (lazy: see restore)
 
         ws = self._ws
         try:

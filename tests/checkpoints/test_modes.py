@@ -19,8 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ckpt.checkpoints import staging
 from ckpt.checkpoints.service import Checkpoints
-from ckpt.objstore import EntryKind, ObjectStore, Tree, TreeEntry, hash_bytes
+from ckpt.objstore import EntryKind, Tree, TreeEntry, hash_bytes
 from ckpt.objstore.codec import encode_tree
 from ckpt.objstore.objects import entry_mode
 
@@ -147,13 +148,17 @@ def test_a_staged_file_is_never_more_open_than_its_recorded_mode(
     for name in modes:
         os.unlink(os.path.join(root, name))
     seen: list[int] = []
-    copy_to = ObjectStore.copy_to
+    create_new = staging.create_new
 
-    def watching(self: ObjectStore, oid: object, out: object) -> int:
-        seen.append(statmod.S_IMODE(os.fstat(out.fileno()).st_mode))  # type: ignore[attr-defined]
-        return copy_to(self, oid, out)  # type: ignore[arg-type]
+    def watching(dir_fd: int, name: bytes, mode: int) -> int:
+        fd = create_new(dir_fd, name, mode)
+        seen.append(statmod.S_IMODE(os.fstat(fd).st_mode))  # before any content is written
+        return fd
 
-    monkeypatch.setattr(ObjectStore, "copy_to", watching)
+    # The Python writer, whose descriptor can be watched; the native one opens with the same
+    # mode (`write_files` in _fsops.c), so the kernel narrows it alike.
+    monkeypatch.setattr(staging, "_native_write_files", None)
+    monkeypatch.setattr(staging, "create_new", watching)
     service.restore(record.id)
     assert sorted(seen) == sorted(modes.values())  # with umask 022 all are created exactly so
     assert all(not mode & 0o077 for mode in seen if mode in (0o600, 0o400))

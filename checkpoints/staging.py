@@ -1,0 +1,216 @@
+"""Staging a restore plan's files (step 1 of a restore, see restore.py): every file's content
+read from the store, verified by its hash, and written into a staging directory before
+anything in the workspace changes. Two layouts: numbered names in one flat directory
+(`stage_files`, for restores of a workspace, which restore.py moves into place one by one)
+and the plan's own paths below a new private directory (`stage_tree`, for a restore into a
+new directory, whose top-level entries are then moved as wholes).
+
+Decoding and writing overlap: the caller's thread reads, decompresses and verifies contents
+into batches, and one writer thread creates and fills a batch's files while the next batch is
+decoded (the native `write_files` of `_fsops.c`, without the GIL), so that the store's
+decompression and the kernel's file creation run on two cores. At most one batch is being
+written and one being filled, which bounds the memory held. A content over `WHOLE_CONTENT` is
+streamed from the store on the caller's thread instead. Without the native extension each
+file is written on the caller's thread as it is decoded.
+
+A name with a slash (`stage_tree`) is opened relative to the staging directory's descriptor;
+no component of it but the last could be a symlink unless its owner put one there.
+
+What must not live here: anything that touches the workspace (restore.py applies), plans
+(plan.py), journals (restoring.py).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from ckpt.checkpoints.paths import RelPath
+from ckpt.checkpoints.plan import FileWrite, RestorePlan
+from ckpt.checkpoints.restore import RESTORED_AGE_NS, current_umask, remove_staging, restored_mode
+from ckpt.checkpoints.scan import ProgressFn
+from ckpt.objstore import EntryKind, ObjectId, ObjectStore
+from ckpt.objstore.native import load_native
+
+_fsops = load_native("ckpt.checkpoints._fsops")
+_native_write_files = None if _fsops is None else _fsops.write_files
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+# Contents up to this size are decoded whole into memory and handed to the writer; a larger
+# one is streamed, so that memory stays bounded by the batches whatever the file sizes.
+WHOLE_CONTENT = 4 << 20
+# A batch is handed to the writer thread when it holds this many files or bytes: large
+# enough that the hand-over costs little per file, small enough that both threads start soon.
+BATCH_FILES = 128
+BATCH_BYTES = 4 << 20
+
+NewFile = tuple[bytes, bytes, int, bool]  # name, content, mode, set the mode exactly
+
+
+def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[RelPath, bytes]:
+    """Write and verify every file and symlink of `plan.writes` into the flat directory
+    `staging` (made here) under numbered names; returns each path's staged name. On any
+    failure (a missing or corrupt object, a full disk) the staging directory is removed and
+    the error raised: the workspace is untouched.
+
+    Symlinks are made there too, so that applying moves names only and a killed restore leaves
+    no temporary name in the workspace (the journal's cleanup removes the staging directory).
+    """
+    os.makedirs(staging, exist_ok=True)
+    names = [b"%d" % index for index in range(len(plan.writes))]
+    try:
+        _stage(plan.writes, store, staging, names, None)
+    except BaseException:
+        remove_staging(staging)
+        raise
+    return {write.path: staging + b"/" + name for write, name in zip(plan.writes, names)}
+
+
+def stage_tree(plan: RestorePlan, store: ObjectStore, staging: bytes,
+               progress: ProgressFn | None) -> None:
+    """Build what `plan` makes of an empty directory inside the new directory `staging`, each
+    file at its own path: its directories (`plan.mkdirs`), then its files and symlinks,
+    written and verified. For a restore into a new directory (restore_into.py), which then
+    moves `staging`'s top-level entries into place. `staging` is made private (mode 0700), so
+    no other user can put a symlink on the way of a path below it. On a failure the caller
+    removes `staging`."""
+    os.mkdir(staging, 0o700)
+    for path in plan.mkdirs:
+        os.mkdir(staging + b"/" + path, 0o777)
+    _stage(plan.writes, store, staging, [write.path for write in plan.writes], progress)
+
+
+def _stage(writes: Sequence[FileWrite], store: ObjectStore, staging: bytes,
+           names: Sequence[bytes], progress: ProgressFn | None) -> None:
+    """Write `writes` under `names` (relative to `staging`), verifying each content."""
+    mask = current_umask()
+    stamp = time.time_ns() - RESTORED_AGE_NS
+    writer = _Writer(staging, stamp)
+    try:
+        for index, (write, name) in enumerate(zip(writes, names)):
+            try:
+                entry = write.entry
+                if entry.kind is EntryKind.SYMLINK:
+                    assert entry.target is not None
+                    os.symlink(entry.target, name, dir_fd=writer.dir_fd)
+                else:
+                    assert entry.oid is not None
+                    mode = restored_mode(entry, mask)
+                    # Created with `mode` less the umask: never more than it may have, even for a
+                    # moment; then given `mode` exactly if the umask took bits away.
+                    exact = bool(mode & mask)
+                    if entry.size <= WHOLE_CONTENT:
+                        writer.add((name, store.get_bytes(entry.oid), mode, exact))
+                    else:
+                        _stream(store, entry.oid, writer.dir_fd, name, mode, exact, stamp)
+            except OSError as exc:
+                if exc.filename not in (None, name):
+                    raise
+                # Named by its place, not by the name relative to the staging directory.
+                where = os.fsdecode(staging + b"/" + name)
+                raise OSError(exc.errno, exc.strerror, where) from exc
+            if progress is not None and index % 256 == 255:
+                progress("restore", index + 1, len(writes))
+        writer.finish()
+    finally:
+        writer.abandon()
+    if progress is not None and writes:
+        progress("restore", len(writes), len(writes))
+
+
+def create_new(dir_fd: int, name: bytes, mode: int) -> int:
+    """A descriptor of the new file `name` in `dir_fd`, created with `mode` less the umask."""
+    return os.open(name, _NEW_FILE_FLAGS, mode, dir_fd=dir_fd)
+
+
+def write_new(dir_fd: int, new: NewFile, stamp: int) -> None:
+    """Create and fill one staged file on the caller's thread (as `write_files` does)."""
+    name, data, mode, exact = new
+    fd = create_new(dir_fd, name, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if exact:
+            os.fchmod(fd, mode)
+        os.utime(fd, ns=(stamp, stamp))
+    finally:
+        os.close(fd)
+
+
+def _stream(store: ObjectStore, oid: ObjectId, dir_fd: int, name: bytes, mode: int,
+            exact: bool, stamp: int) -> None:
+    fd = create_new(dir_fd, name, mode)
+    with os.fdopen(fd, "wb") as out:
+        store.copy_to(oid, out)
+        out.flush()
+        if exact:
+            os.fchmod(fd, mode)
+        os.utime(fd, ns=(stamp, stamp))
+
+
+class _Writer:
+    """Writes staged files in batches on one thread (see the module), or one by one on the
+    caller's thread without the native extension. Owns the staging directory's descriptor
+    and the thread: `finish` or `abandon` ends both."""
+
+    def __init__(self, staging: bytes, stamp: int) -> None:
+        self.staging = staging
+        self.stamp = stamp
+        self.dir_fd = os.open(staging, _DIR_FLAGS)
+        self._batch: list[NewFile] = []
+        self._bytes = 0
+        self._pool = (None if _native_write_files is None
+                      else ThreadPoolExecutor(1, thread_name_prefix="ckpt-staging"))
+        self._writing: tuple[list[NewFile], Future[tuple[int, int] | None]] | None = None
+
+    def add(self, new: NewFile) -> None:
+        if self._pool is None:
+            write_new(self.dir_fd, new, self.stamp)
+            return
+        self._batch.append(new)
+        self._bytes += len(new[1])
+        if len(self._batch) >= BATCH_FILES or self._bytes >= BATCH_BYTES:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        assert self._pool is not None and _native_write_files is not None
+        self._wait()
+        batch, self._batch, self._bytes = self._batch, [], 0
+        if batch:
+            self._writing = batch, self._pool.submit(_native_write_files, self.dir_fd, batch,
+                                                     self.stamp)
+
+    def _wait(self) -> None:
+        """Wait for the batch being written; OSError naming the staged file that failed."""
+        if self._writing is None:
+            return
+        batch, done = self._writing
+        self._writing = None
+        failed = done.result()
+        if failed is not None:
+            index, err = failed
+            path = self.staging + b"/" + batch[index][0]
+            raise OSError(err, os.strerror(err), os.fsdecode(path))
+
+    def finish(self) -> None:
+        """Write what is left and wait for it; the first failure is raised."""
+        try:
+            if self._pool is not None:
+                self._hand_over()
+                self._wait()
+        finally:
+            self.abandon()
+
+    def abandon(self) -> None:
+        """End the thread (after the batch it is writing) and close the directory."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._writing = None
+        if self.dir_fd >= 0:
+            os.close(self.dir_fd)
+            self.dir_fd = -1

@@ -1,0 +1,105 @@
+"""Staging (checkpoints/staging.py): the native batch writer and the Python one stage the same
+files, a restore into a new directory builds the tree in place and leaves nothing behind when
+an object is damaged, and a write that fails names its staged file."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ckpt.checkpoints import staging
+from ckpt.checkpoints.errors import CheckpointError
+from ckpt.checkpoints.plan import plan_restore
+from ckpt.checkpoints.restoring import RestoreOptions
+from ckpt.checkpoints.service import Checkpoints
+from ckpt.objstore.errors import ObjstoreError
+
+
+def _tree_state(top: Path) -> dict[str, tuple[int, bytes]]:
+    """Each file's and symlink's permission bits and content (link target) below `top`."""
+    state: dict[str, tuple[int, bytes]] = {}
+    for dirpath, dirnames, filenames in os.walk(top):
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, top)
+            if os.path.islink(path):
+                state[rel] = (0, os.fsencode(os.readlink(path)))
+            else:
+                state[rel] = (os.lstat(path).st_mode & 0o7777, Path(path).read_bytes())
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+    return state
+
+
+def _fill(root: Path, rng: random.Random, count: int) -> None:
+    for i in range(count):
+        path = root / f"d{i % 5}" / f"e{i % 3}" / f"f{i}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Some contents beyond a batch's bytes and beyond WHOLE_CONTENT (streamed).
+        size = rng.choice([0, 10, 4000, 70_000, staging.BATCH_BYTES + 5])
+        path.write_bytes(rng.randbytes(size))
+        os.chmod(path, rng.choice([0o644, 0o600, 0o755, 0o640]))
+    os.symlink("d0/e0/f0.txt", root / "link")
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                              HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**16), native=st.booleans(), batch=st.sampled_from([1, 3, 128]))
+def test_a_restore_into_a_new_directory_is_exact_with_either_writer(
+        ws: Path, cp: Checkpoints, monkeypatch: pytest.MonkeyPatch, seed: int, native: bool,
+        batch: int) -> None:
+    if native and staging._native_write_files is None:
+        pytest.skip("the native extension is not built")
+    with monkeypatch.context() as patch:  # undone after each example
+        patch.setattr(staging, "BATCH_FILES", batch)
+        if not native:
+            patch.setattr(staging, "_native_write_files", None)
+        _restore_and_compare(ws, cp, f"{seed}-{native}-{batch}", seed)
+
+
+def _restore_and_compare(ws: Path, cp: Checkpoints, tag: str, seed: int) -> None:
+    _fill(ws / f"w{tag}", random.Random(seed), 40)
+    record = cp.create()
+    dest = ws.parent / f"dest-{tag}"
+    report = cp.restore(record.id, RestoreOptions(target=str(dest)))
+    expected = {k: v for k, v in _tree_state(ws).items() if not k.startswith(".ckpt")}
+    assert _tree_state(dest) == expected
+    assert report.written == len(expected)
+    assert not [n for n in os.listdir(dest) if n.startswith(".ckpt-staging")]
+
+
+def test_a_damaged_object_leaves_the_new_directory_empty(ws: Path, cp: Checkpoints) -> None:
+    _fill(ws, random.Random(7), 30)
+    record = cp.create()
+    objects = cp._ws.objects
+    plan = plan_restore(objects.get_tree, None, record.tree, scope="tree")
+    victim = plan.writes[len(plan.writes) // 2].entry.oid
+    assert victim is not None
+    h.flip_packed_byte(objects.backend, victim)
+    dest = ws.parent / "dest-damaged"
+    with pytest.raises((CheckpointError, ObjstoreError)):
+        cp.restore(record.id, RestoreOptions(target=str(dest)))
+    assert os.listdir(dest) == []  # no staging directory, no partial tree
+
+
+def test_a_failed_write_names_the_staged_file_and_removes_staging(
+        ws: Path, cp: Checkpoints, tmp_path: Path) -> None:
+    _fill(ws, random.Random(3), 10)
+    record = cp.create()
+    objects = cp._ws.objects
+    plan = plan_restore(objects.get_tree, None, record.tree, scope="tree")
+    where = os.fsencode(tmp_path / "staging")
+    os.makedirs(where)
+    files = [i for i, w in enumerate(plan.writes) if w.entry.oid is not None]
+    taken = b"%d" % files[len(files) // 2]
+    os.mkdir(where + b"/" + taken)  # O_EXCL: the last file cannot be created
+    with pytest.raises(OSError) as caught:
+        staging.stage_files(plan, objects, where)
+    assert caught.value.filename == os.fsdecode(where + b"/" + taken)
+    assert os.listdir(where) == [taken]  # staged files gone; a directory stays
+
