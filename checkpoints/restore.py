@@ -50,7 +50,8 @@ _fsops = load_native("ckpt.checkpoints._fsops")
 _native_empty_dir = None if _fsops is None else _fsops.empty_dir
 _native_exchange = None if _fsops is None else _fsops.exchange
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# How a restore opens a directory: never through a symlink.
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 ProgressFn = Callable[[str, int, int], None]
 # Past the racy window, and past the lag of the kernel's coarse file clock (a jiffy, <= 10 ms)
 # behind time.time_ns(), so that a write after staging always gives another mtime. Build tools
@@ -131,7 +132,7 @@ class _Dirs:
     def __init__(self, root: bytes, report: ApplyReport) -> None:
         self.root = root
         self.bound = open_dirs_bound()
-        self.root_fd = os.open(root, _DIR_FLAGS)
+        self.root_fd = os.open(root, DIR_FLAGS)
         self.fds: dict[RelPath, int] = {}  # in order of last use
         self.closed: dict[bytes, os.stat_result] = {}  # the stat of each evicted one
         self.report = report
@@ -197,7 +198,7 @@ class _Dirs:
         `parent_fd`) one by one and try again before giving up."""
         while True:
             try:
-                return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+                return os.open(name, DIR_FLAGS, dir_fd=parent_fd)
             except OSError as exc:
                 if exc.errno not in _OUT_OF_DESCRIPTORS or not self._evict_oldest(parent_fd):
                     raise
@@ -233,7 +234,7 @@ def remove_staging(staging: bytes) -> None:
     put one there (see `_put_in_place`), and it is not the restore's to delete. A symlink in
     its place is not followed (one in the workspace is the workspace's to plant)."""
     try:
-        fd = os.open(staging, _DIR_FLAGS)
+        fd = os.open(staging, DIR_FLAGS)
     except OSError:
         return
     try:

@@ -28,11 +28,9 @@ from ckpt.checkpoints.errors import RestoreIncomplete, TargetRefused
 from ckpt.checkpoints.identity import MARKER
 from ckpt.checkpoints.lock import RootLock
 from ckpt.checkpoints.paths import RelPath
-from ckpt.checkpoints.restore import ApplyReport
+from ckpt.checkpoints.restore import DIR_FLAGS, ApplyReport
 from ckpt.checkpoints.workspace import WORKSPACE_STAGING_PREFIX, Workspace
 from ckpt.objstore import EntryKind
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 if TYPE_CHECKING:
     from ckpt.checkpoints.model import CheckpointRecord
@@ -73,9 +71,9 @@ def move_into(dest: bytes, staging: bytes, plan: RestorePlan) -> ApplyReport:
             report.dirs_removed += removal.kind is EntryKind.TREE
             report.deleted += removal.kind is not EntryKind.TREE
     moved: set[bytes] = set()
-    dest_fd = os.open(dest, _DIR_FLAGS)
+    dest_fd = os.open(dest, DIR_FLAGS)
     try:
-        staging_fd = os.open(staging, _DIR_FLAGS)
+        staging_fd = os.open(staging, DIR_FLAGS)
         try:
             for name in sorted(map(os.fsencode, os.listdir(staging_fd))):
                 try:

@@ -29,7 +29,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from ckpt.checkpoints.paths import RelPath
 from ckpt.checkpoints.plan import FileWrite, RestorePlan
-from ckpt.checkpoints.restore import RESTORED_AGE_NS, current_umask, remove_staging, restored_mode
+from ckpt.checkpoints.restore import (
+    DIR_FLAGS,
+    RESTORED_AGE_NS,
+    current_umask,
+    remove_staging,
+    restored_mode,
+)
 from ckpt.checkpoints.scan import ProgressFn
 from ckpt.objstore import EntryKind, ObjectId, ObjectStore
 from ckpt.objstore.native import load_native
@@ -37,7 +43,6 @@ from ckpt.objstore.native import load_native
 _fsops = load_native("ckpt.checkpoints._fsops")
 _native_write_files = None if _fsops is None else _fsops.write_files
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 # Contents up to this size are decoded whole into memory and handed to the writer; a larger
 # one is streamed, so that memory stays bounded by the batches whatever the file sizes.
@@ -160,7 +165,7 @@ class _Writer:
     def __init__(self, staging: bytes, stamp: int) -> None:
         self.staging = staging
         self.stamp = stamp
-        self.dir_fd = os.open(staging, _DIR_FLAGS)
+        self.dir_fd = os.open(staging, DIR_FLAGS)
         self._batch: list[NewFile] = []
         self._bytes = 0
         self._pool = (None if _native_write_files is None
