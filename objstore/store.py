@@ -407,6 +407,11 @@ class ObjectStore:
         """`codec.RefResolver`: the verified content of a delta's base."""
         return delta.read_base(self.backend, oid, self)
 
+    def keep_block(self, block: ObjectId, content: bytes) -> None:
+        """Keep `block`'s content, verified by the caller, for the reads of its members that
+        follow (a push checks a block, then its members)."""
+        self._blocks.put(block, content)
+
     def member(self, block: ObjectId, offset: int, length: int, oid: ObjectId | None
                ) -> bytes:
         """`codec.RefResolver`: a block member's content, not yet verified (objstore/blocks.py)."""

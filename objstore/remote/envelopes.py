@@ -25,10 +25,13 @@ _decode_whole: Any = codec.decode_object
 _WHOLE_CONTENT = 4 << 20
 
 
-def check_envelope(oid: ObjectId, stored: bytes | memoryview, store: ObjectStore | None) -> int:
+def check_envelope(oid: ObjectId, stored: bytes | memoryview, store: ObjectStore | None, *,
+                   keep_block: bool = False) -> int:
     """The content size of a valid envelope of `oid`; CorruptObject naming `oid` otherwise.
-    `store` resolves a dictionary or base (None: such an envelope is only checked for its
-    framing, the caller having no store to decode it with)."""
+    `store` resolves a dictionary, base or block (None: such an envelope is only checked for
+    its framing, the caller having no store to decode it with). `keep_block`: `oid` is a
+    block whose members are checked next: its verified content is left in `store`'s block
+    cache for them."""
     _, length = codec.read_header(stored[:codec.HEADER_SIZE], oid)  # magic, format, codec
     refs = codec.envelope_refs(stored, oid)
     if refs and store is None:
@@ -39,6 +42,8 @@ def check_envelope(oid: ObjectId, stored: bytes | memoryview, store: ObjectStore
                 else codec.decode_object(whole, oid))
         if hash_bytes(data, parallel=False) != oid:
             raise CorruptObject(oid, "content does not match its id")
+        if keep_block and store is not None:
+            store.keep_block(oid, data)
         return len(data)
     stream = io.BytesIO(stored)
     chunks = (_decode_stream(stream, oid, refs=store) if refs

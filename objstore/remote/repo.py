@@ -6,9 +6,11 @@ which objects a checkpoint needs, and what a record or head says, is the caller'
 
 Upload, resumable by construction:
     sync the remote index (list index/, fetch what the cache lacks)
-    for each wanted id and, transitively, each dictionary/base its envelope names:
-        skip it if an index names it; else read its envelope as stored, check it, append
-        to the open pack; at pack_size: PUT pack, HEAD its size, PUT refs, PUT index
+    for each wanted id and, transitively and before it, each dictionary/base/block its
+        envelope names: skip it if an index names it; else read its envelope as stored,
+        check it, append to the open pack; at the pack's size (doubling from
+        FIRST_PACK_SIZE up to pack_size): on one of SENDS_AT_ONCE threads, PUT pack, HEAD
+        its size, PUT refs, PUT index
     a kill leaves whole packs indexed and at most one pack with no index (garbage for gc):
     a rerun re-sends only what no index names
 Fetch:
@@ -61,6 +63,13 @@ from ckpt.objstore.remote.url import RemoteSpec
 from ckpt.objstore.store import ObjectStore
 
 PACK_SIZE = 64 << 20
+# The first pack of an upload closes at this size, each next one at twice the last, up to the
+# pack size: the first PUT starts after little reading and checking, and big uploads still
+# make few packs.
+FIRST_PACK_SIZE = 8 << 20
+# Packs being sent at once (each PUT, HEAD, refs and index on a thread of its own): the server
+# takes two streams faster than one, and the reading and checking of the next goes on.
+SENDS_AT_ONCE = 2
 # A fetch of at least this many ids lists the store's ids once instead of asking for each.
 _LIST_FROM = 256
 CONNECT_TIMEOUT = 10.0
@@ -169,51 +178,70 @@ class RemoteRepo:
         known = self._index.names
         queue = deque(dict.fromkeys(oids))
         queued = set(queue)
+        blocks: set[ObjectId] = set()  # named by a member envelope
         skipped = uploaded = packs = sent_bytes = 0
         total = sum(1 for oid in queue if not known(oid))
         builder = PackBuilder()
-        # One pack in flight on a thread while the next is read and checked here.
-        in_flight: tuple[Future[int], int] | None = None
+        # Packs in flight on threads while the next is read and checked here, oldest first.
+        in_flight: deque[tuple[Future[tuple[str, int]], PackBuilder]] = deque()
 
         def landed() -> None:
-            nonlocal in_flight, uploaded, packs, sent_bytes
-            if in_flight is None:
-                return
-            future, count = in_flight
-            in_flight = None
-            sent_bytes += future.result()
-            uploaded += count
+            nonlocal uploaded, packs, sent_bytes
+            future, sent = in_flight.popleft()
+            packid, size = future.result()
+            self._index.add_pack(packid, sent.entries, size, sent.refs)
+            sent_bytes += size
+            uploaded += len(sent)
             packs += 1
             if progress is not None:
                 progress(uploaded, total)
 
-        with ThreadPoolExecutor(1, thread_name_prefix="ckpt-remote-put") as pool:
+        def send(sent: PackBuilder) -> None:
+            while len(in_flight) >= SENDS_AT_ONCE:
+                landed()
+            in_flight.append((pool.submit(self._put_pack, sent), sent))
+
+        with ThreadPoolExecutor(SENDS_AT_ONCE, thread_name_prefix="ckpt-remote-put") as pool:
             while queue:
                 oid = queue.popleft()
                 if known(oid):
                     skipped += 1
                     continue
                 stored = store.backend.get(oid)
-                check_envelope(oid, stored, store)
                 refs = codec.envelope_refs(stored, oid)
                 fresh = [r for r in refs if r not in queued]
-                queued.update(fresh)
-                queue.extend(fresh)
-                total += sum(not known(r) for r in fresh)
+                if fresh:
+                    # What it names goes first: checked before it, and a block's content is
+                    # then decompressed once for the checks of all its members.
+                    queued.update(fresh)
+                    if codec.read_header(stored, oid)[0] == codec.CODEC_BLOCK:
+                        blocks.update(fresh)
+                    queue.appendleft(oid)
+                    queue.extendleft(reversed(fresh))
+                    total += sum(not known(r) for r in fresh)
+                    continue
+                check_envelope(oid, stored, store, keep_block=oid in blocks)
                 builder.append(oid, stored, refs)
-                if builder.size >= self.pack_size:
-                    landed()
-                    in_flight = pool.submit(self._send_pack, builder), len(builder)
+                # The first packs are small, so that the first PUT starts soon.
+                if builder.size >= min(self.pack_size, FIRST_PACK_SIZE << (packs + len(in_flight))):
+                    send(builder)
                     builder = PackBuilder()
-            landed()
             if len(builder):
-                in_flight = pool.submit(self._send_pack, builder), len(builder)
+                send(builder)
+            while in_flight:
                 landed()
         return UploadReport(uploaded, packs, sent_bytes, skipped)
 
     def _send_pack(self, builder: PackBuilder) -> int:
+        """`_put_pack`, then the pack in this process's index. Returns the pack's size."""
+        packid, size = self._put_pack(builder)
+        self._index.add_pack(packid, builder.entries, size, builder.refs)
+        return size
+
+    def _put_pack(self, builder: PackBuilder) -> tuple[str, int]:
         """PUT the pack, check its size, then its refs and its index: an index names only a
-        complete pack. Returns the pack's size."""
+        complete pack. Returns the pack's id and size. Runs on a thread of its own: the
+        index of this process is the caller's to update."""
         packid, data = builder.finish()
         key = layout.pack_key(packid)
         self._transport.put(key, data)
@@ -227,8 +255,7 @@ class RemoteRepo:
         index = encode_index(builder.entries, len(data))
         self._transport.put(layout.index_key(packid), index)
         self._index.remember("index", packid, index)
-        self._index.add_pack(packid, builder.entries, len(data), builder.refs)
-        return len(data)
+        return packid, len(data)
 
     def fetch(self, store: ObjectStore, oids: Iterable[ObjectId], *, sync: bool = True
               ) -> FetchReport:

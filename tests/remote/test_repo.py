@@ -17,6 +17,7 @@ from ckpt.objstore.remote import (
     RemoteNotFound,
     parse_remote_url,
 )
+from ckpt.objstore.remote import repo as repo_module
 from ckpt.objstore.remote.repo import head_name
 
 
@@ -45,6 +46,25 @@ def test_upload_then_fetch_into_an_empty_store_round_trips_every_object(
         assert target.backend.get(oid) == source.backend.get(oid)
     again = fresh.fetch(target, oids)
     assert (again.objects, again.requests) == (0, 0)
+
+
+def test_upload_packs_grow_from_a_small_first_one_to_the_pack_size(
+        s3_bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(repo_module, "FIRST_PACK_SIZE", 16 << 10)
+    source, oids = seeded_store(tmp_path / "a", 400, seed=5)
+    largest = max(len(source.backend.get(oid)) for oid in oids)
+    repo = connect(s3_bucket, tmp_path / "cache-a", pack_size=128 << 10)
+    report = repo.upload(source, oids)
+    sizes = sorted(decode_index(s3_bucket.raw.get_object(s3_bucket.name, k))[2]
+                   for k in s3_bucket.keys("repo/index/"))
+    assert len(sizes) == report.packs > 5
+    # One pack closed at the first size (16 KiB), one at each doubling (32, 64 KiB), the
+    # rest at the pack size, but for the last, whatever it holds.
+    assert sum(16 << 10 <= size < (16 << 10) + largest + 64 for size in sizes) >= 1
+    assert sum(size < 128 << 10 for size in sizes) <= 4
+    assert all(size < (128 << 10) + largest + 64 for size in sizes)
+    fresh = ObjectStore.init(str(tmp_path / "b"))
+    assert connect(s3_bucket, create=False).fetch(fresh, oids).objects == len(oids)
 
 
 def test_fetch_of_a_few_objects_reads_only_their_ranges(s3_bucket: Bucket, tmp_path: Path
