@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ckpt.checkpoints.catalog import Catalog
     from ckpt.checkpoints.config import StoreConfig
     from ckpt.checkpoints.remote_config import RemoteInfo
-    from ckpt.checkpoints.remotes import Remote
+    from ckpt.checkpoints.remotes import BlobFetch, Remote
     from ckpt.checkpoints.reports import PullReport, PushReport, RemoteCheck, RemoteGc
     from ckpt.checkpoints.restoring import RestoreOptions
     from ckpt.checkpoints.scan import ProgressFn
@@ -176,24 +176,35 @@ class RemoteCalls:
 
     def _local(self, record: CheckpointRecord) -> CheckpointRecord:
         """`record`, its objects fetched first if it is hollow (pulled, not yet here)."""
-        from ckpt.checkpoints.remote_config import Origin, read_origins  # noqa: PLC0415
-
-        origin = read_origins(self.store_dir).get(record.id)
-        if origin is not None and origin.state is Origin.HOLLOW:
-            self._hydrate(record, origin.remote)
+        with self._hydrating(record) as fetch_blobs:
+            if fetch_blobs is not None:
+                fetch_blobs(None)
         return record
 
-    def _hydrate(self, record: CheckpointRecord, name: str) -> None:
-        from ckpt.checkpoints.remote_config import read_remotes  # noqa: PLC0415
+    @contextmanager
+    def _hydrating(self, record: CheckpointRecord) -> Iterator[BlobFetch | None]:
+        """Within: `record`'s trees are here and the value fetches its missing blobs
+        (`Remote.hydrating`), if it is hollow; None if its objects are here already."""
+        from ckpt.checkpoints.remote_config import (  # noqa: PLC0415
+            Origin,
+            read_origins,
+            read_remotes,
+        )
 
+        origin = read_origins(self.store_dir).get(record.id)
+        if origin is None or origin.state is not Origin.HOLLOW:
+            yield None
+            return
         # The remote it came from, or the only one if that was removed since.
-        with self._remote(name if name in read_remotes(self.store_dir) else None) as link:
-            link.hydrate(record)
+        name = origin.remote if origin.remote in read_remotes(self.store_dir) else None
+        with self._remote(name) as link, link.hydrating(record) as fetch_blobs:
+            yield fetch_blobs
 
     def _from_remote(self, ref: str, options: RestoreOptions) -> RestoreOptions:
         """Before a restore: a checkpoint only a remote has is pulled, and a hollow one's
         objects fetched (before any planning: damaged remote data leaves the workspace as it
-        is). A checkpoint that came from a remote may have been taken at another path: the
+        is), except for a restore into a new directory, which fetches them as it writes them
+        (`_hydrating`; damaged data leaves that directory empty). A checkpoint that came from a remote may have been taken at another path: the
         user asked for it by id, so it is restored here (no ForeignCheckpoint)."""
         from ckpt.checkpoints.remote_config import has_remotes, read_origins  # noqa: PLC0415
 
@@ -215,7 +226,8 @@ class RemoteCalls:
             finally:
                 link.close()
             record = fetched[2]
-        self._local(record)
+        if options.target is None:  # a restore into a new directory fetches as it writes
+            self._local(record)
         if record.id in read_origins(self.store_dir):
             options = dataclasses.replace(options, from_other_root=True)
         return options

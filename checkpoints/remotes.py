@@ -63,6 +63,9 @@ RECORD_CACHE = "record-files"  # beside the object layer's own cache files
 
 # A pulled record before adoption: (row, tracked paths, record).
 Fetched = tuple["Row", tuple[bytes, ...], CheckpointRecord]
+# Fetches a hollow checkpoint's missing blobs, saying which are readable as they arrive
+# (`Remote.hydrating`); returns how many objects it fetched.
+BlobFetch = Callable[[Callable[[list["ObjectId"]], object] | None], int]
 
 
 def check_url(url: str, endpoint: str | None, region: str | None) -> None:
@@ -252,18 +255,38 @@ class Remote:
     # -- objects a checkpoint needs ---------------------------------------------------------
 
     def hydrate(self, record: CheckpointRecord) -> int:
-        """Fetch every object of `record`'s tree that the local store lacks (trees level by
-        level, then blobs; each verified by its hash as it is put), then mark it local.
-        Returns how many objects were fetched. The whole remote is never read: only what
-        this one tree needs, by ranged GETs of its packs."""
+        """Fetch every object of `record`'s tree that the local store lacks, then mark it
+        local (`hydrating`, with nothing done while its blobs arrive). Returns how many
+        objects were fetched."""
+        with self.hydrating(record) as fetch_blobs:
+            return fetch_blobs(None)
+
+    @contextmanager
+    def hydrating(self, record: CheckpointRecord) -> Iterator[BlobFetch]:
+        """Within: `record`'s trees are in the local store (fetched level by level, each
+        verified by its hash as it is read), and the remote's shared lock is held. The value
+        fetches the blobs of the tree that the store lacks, by ranged GETs of the remote's
+        packs (never the whole remote), calling its argument with each blob's id once the
+        store can read it (see `RemoteRepo.fetch`), and returns how many objects it fetched.
+        Once it has returned, leaving marks `record` local."""
         store = self.ws.objects
         repo = self.repo()
+        fetched = 0
+        complete = False
         with repo.lock("shared"):
             _trees, blobs, fetched = walk_fetching(repo, store, [record.tree])
-            fetched += repo.fetch(store, blobs).objects  # only what the store lacks
+
+            def fetch_blobs(ready: Callable[[list[ObjectId]], object] | None) -> int:
+                nonlocal complete, fetched
+                # sync=False: the one sync below publishes trees and blobs together.
+                fetched += repo.fetch(store, blobs, sync=False, ready=ready).objects
+                complete = True
+                return fetched
+
+            yield fetch_blobs
         store.sync()
-        update_origins(self.ws.store_dir, {record.id: Pulled(self.info.name, Origin.LOCAL)})
-        return fetched
+        if complete:
+            update_origins(self.ws.store_dir, {record.id: Pulled(self.info.name, Origin.LOCAL)})
 
     # -- maintenance of the remote ----------------------------------------------------------
 

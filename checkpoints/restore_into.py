@@ -12,9 +12,12 @@ workspace as it is.
 
 Nothing of the root is read or written: no scan, no pre-restore save, no journal (dest is
 new: a killed run leaves a partial directory that a second run refuses as not empty), no
-stat cache. A missing or corrupt object leaves dest empty. Building the tree in place of
-staging numbered files and renaming each (restore.py, for a workspace) saves a rename, two
-stats and a directory lookup per file, and spreads the creations over the tree's directories.
+stat cache. A missing or corrupt object leaves dest as it was (absent or empty). Building the
+tree in place of staging numbered files and renaming each (restore.py, for a workspace) saves
+a rename, two stats and a directory lookup per file, and spreads the creations over the
+tree's directories. A hollow checkpoint's blobs are fetched while the tree is built: each
+file is written as soon as its blob is stored (`fetch_blobs`, from `Remote.hydrating`), so
+that the download and the writing overlap.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from ckpt.objstore import EntryKind
 if TYPE_CHECKING:
     from ckpt.checkpoints.model import CheckpointRecord
     from ckpt.checkpoints.plan import RestorePlan
+    from ckpt.checkpoints.remotes import BlobFetch
     from ckpt.checkpoints.reports import RestoreReport
     from ckpt.checkpoints.scan import ProgressFn
 
@@ -98,8 +102,11 @@ def move_into(dest: bytes, staging: bytes, plan: RestorePlan) -> ApplyReport:
 
 def restore_into(ws: Workspace, record: CheckpointRecord, only: tuple[RelPath, ...] | None,
                  dest_path: str, *, dry_run: bool, record_event: bool,
-                 progress: ProgressFn | None, started: float) -> RestoreReport:
-    """Write checkpoint `record` (or its paths `only`) into `dest_path` (see the module)."""
+                 progress: ProgressFn | None, started: float,
+                 fetch_blobs: BlobFetch | None = None) -> RestoreReport:
+    """Write checkpoint `record` (or its paths `only`) into `dest_path` (see the module).
+    `fetch_blobs`: for a hollow checkpoint, what brings its blobs from the remote
+    (`Remote.hydrating`); each file is written as soon as its blob is here."""
     from ckpt.checkpoints.plan import plan_restore  # noqa: PLC0415 (lazy: the restore side)
     from ckpt.checkpoints.restore import describe_conflicts  # noqa: PLC0415
     from ckpt.checkpoints.restoring import (  # noqa: PLC0415
@@ -120,14 +127,21 @@ def restore_into(ws: Workspace, record: CheckpointRecord, only: tuple[RelPath, .
         if dry_run:
             return dry_run_report(record, plan, found, started, into=dest)
         check_target(ws, dest)  # still empty now that the lock is held
+        made = not os.path.lexists(dest)
         os.makedirs(dest, exist_ok=True)
         dest_b = os.fsencode(dest)
         staging = dest_b + b"/" + os.fsencode(WORKSPACE_STAGING_PREFIX + os.urandom(6).hex())
         try:
-            stage_tree(plan, ws.objects, staging, progress)
+            stage_tree(plan, ws.objects, staging, progress, fetch_blobs)
             applied = move_into(dest_b, staging, plan)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            if made:  # as it was: absent (unless something appeared in it meanwhile)
+                with contextlib.suppress(OSError):
+                    os.rmdir(dest_b)
+            raise
         finally:
-            shutil.rmtree(staging, ignore_errors=True)  # what a failure or a conflict left
+            shutil.rmtree(staging, ignore_errors=True)  # what a conflict left
     report = restore_report(record, plan, applied, None, (), found, started, into=dest)
     if record_event:
         event = restore_event(ws, report)

@@ -373,9 +373,11 @@ class Checkpoints(RemoteCalls):
 
             self.settle()
             dest = os.path.join(cwd, options.target) if cwd is not None else options.target
-            return restore_into(self._ws, target, only, os.path.abspath(dest),
-                                dry_run=options.dry_run, record_event=options.record_event,
-                                progress=progress, started=started)
+            with self._hydrating(target) as fetch_blobs:
+                return restore_into(self._ws, target, only, os.path.abspath(dest),
+                                    dry_run=options.dry_run, record_event=options.record_event,
+                                    progress=progress, started=started,
+                                    fetch_blobs=fetch_blobs)
         with self._writing("restore") as locked:
             return self._restorer.restore(locked, target, only, options, progress, started)
 

@@ -8,10 +8,10 @@ new directory, whose top-level entries are then moved as wholes).
 Decoding and writing overlap: the caller's thread reads, decompresses and verifies contents
 into batches, and one writer thread creates and fills a batch's files while the next batch is
 decoded (the native `write_files` of `_fsops.c`, without the GIL), so that the store's
-decompression and the kernel's file creation run on two cores. At most one batch is being
-written and one being filled, which bounds the memory held. A content over `WHOLE_CONTENT` is
-streamed from the store on the caller's thread instead. Without the native extension each
-file is written on the caller's thread as it is decoded.
+decompression and the kernel's file creation run on two cores. At most `WRITING_BATCHES`
+are handed over and not yet written, and one is being filled, which bounds the memory held.
+A content over `WHOLE_CONTENT` is streamed from the store on the caller's thread instead.
+Without the native extension each file is written on the caller's thread as it is decoded.
 
 A name with a slash (`stage_tree`) is opened relative to the staging directory's descriptor;
 no component of it but the last could be a symlink unless its owner put one there.
@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Self
 
 from ckpt.checkpoints.paths import RelPath
 from ckpt.checkpoints.plan import FileWrite, RestorePlan
@@ -40,6 +41,9 @@ from ckpt.checkpoints.scan import ProgressFn
 from ckpt.objstore import EntryKind, ObjectId, ObjectStore
 from ckpt.objstore.native import load_native
 
+if TYPE_CHECKING:
+    from ckpt.checkpoints.remotes import BlobFetch
+
 _fsops = load_native("ckpt.checkpoints._fsops")
 _native_write_files = None if _fsops is None else _fsops.write_files
 
@@ -51,6 +55,9 @@ WHOLE_CONTENT = 4 << 20
 # enough that the hand-over costs little per file, small enough that both threads start soon.
 BATCH_FILES = 128
 BATCH_BYTES = 4 << 20
+# Batches handed to the writer and not yet written: a few, so that neither thread waits for
+# the other when one batch costs more than the next (large files, a slow fetch).
+WRITING_BATCHES = 3
 
 NewFile = tuple[bytes, bytes, int, bool]  # name, content, mode, set the mode exactly
 
@@ -67,7 +74,9 @@ def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[R
     os.makedirs(staging, exist_ok=True)
     names = [b"%d" % index for index in range(len(plan.writes))]
     try:
-        _stage(plan.writes, store, staging, names, None)
+        with _Stager(store, staging, len(names), None) as stager:
+            for write, name in zip(plan.writes, names):
+                stager.stage(write, name)
     except BaseException:
         remove_staging(staging)
         raise
@@ -75,55 +84,97 @@ def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[R
 
 
 def stage_tree(plan: RestorePlan, store: ObjectStore, staging: bytes,
-               progress: ProgressFn | None) -> None:
+               progress: ProgressFn | None, fetch_blobs: BlobFetch | None = None) -> None:
     """Build what `plan` makes of an empty directory inside the new directory `staging`, each
     file at its own path: its directories (`plan.mkdirs`), then its files and symlinks,
     written and verified. For a restore into a new directory (restore_into.py), which then
     moves `staging`'s top-level entries into place. `staging` is made private (mode 0700), so
     no other user can put a symlink on the way of a path below it. On a failure the caller
-    removes `staging`."""
+    removes `staging`.
+
+    `fetch_blobs` (a hollow checkpoint's, `Remote.hydrating`) brings the blobs the store
+    lacks; each file is written as soon as its blob is readable, in the order they arrive."""
     os.mkdir(staging, 0o700)
     for path in plan.mkdirs:
         os.mkdir(staging + b"/" + path, 0o777)
-    _stage(plan.writes, store, staging, [write.path for write in plan.writes], progress)
+    waiting: dict[ObjectId, list[FileWrite]] = {}  # the files of each blob, by first path
+    with _Stager(store, staging, len(plan.writes), progress) as stager:
+        for write in plan.writes:
+            if write.entry.kind is EntryKind.SYMLINK:
+                stager.stage(write, write.path)
+            else:
+                assert write.entry.oid is not None
+                waiting.setdefault(write.entry.oid, []).append(write)
+
+        def ready(oids: list[ObjectId]) -> None:
+            for oid in oids:
+                for write in waiting.pop(oid, ()):
+                    stager.stage(write, write.path)
+
+        if fetch_blobs is None:
+            ready(list(waiting))
+        else:
+            fetch_blobs(ready)
+        for writes in list(waiting.values()):  # none, unless the fetch skipped some
+            for write in writes:
+                stager.stage(write, write.path)
 
 
-def _stage(writes: Sequence[FileWrite], store: ObjectStore, staging: bytes,
-           names: Sequence[bytes], progress: ProgressFn | None) -> None:
-    """Write `writes` under `names` (relative to `staging`), verifying each content."""
-    mask = current_umask()
-    stamp = time.time_ns() - RESTORED_AGE_NS
-    writer = _Writer(staging, stamp)
-    try:
-        for index, (write, name) in enumerate(zip(writes, names)):
-            try:
-                entry = write.entry
-                if entry.kind is EntryKind.SYMLINK:
-                    assert entry.target is not None
-                    os.symlink(entry.target, name, dir_fd=writer.dir_fd)
+class _Stager:
+    """Writes staged files, each verified by its hash, through a `_Writer`; says how far it
+    got to `progress`. A context manager: leaving waits for the last batch (its failure
+    raised) or, on an error, abandons it."""
+
+    def __init__(self, store: ObjectStore, staging: bytes, total: int,
+                 progress: ProgressFn | None) -> None:
+        self.store = store
+        self.staging = staging
+        self.total = total
+        self.progress = progress
+        self.done = 0
+        self.mask = current_umask()
+        self.stamp = time.time_ns() - RESTORED_AGE_NS
+        self.writer = _Writer(staging, self.stamp)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        try:
+            if kind is None:
+                self.writer.finish()
+        finally:
+            self.writer.abandon()
+        if kind is None and self.progress is not None and self.total:
+            self.progress("restore", self.total, self.total)
+
+    def stage(self, write: FileWrite, name: bytes) -> None:
+        """Write `write`'s file or symlink as `name` (relative to the staging directory)."""
+        writer = self.writer
+        try:
+            entry = write.entry
+            if entry.kind is EntryKind.SYMLINK:
+                assert entry.target is not None
+                os.symlink(entry.target, name, dir_fd=writer.dir_fd)
+            else:
+                assert entry.oid is not None
+                mode = restored_mode(entry, self.mask)
+                # Created with `mode` less the umask: never more than it may have, even for a
+                # moment; then given `mode` exactly if the umask took bits away.
+                exact = bool(mode & self.mask)
+                if entry.size <= WHOLE_CONTENT:
+                    writer.add((name, self.store.get_bytes(entry.oid), mode, exact))
                 else:
-                    assert entry.oid is not None
-                    mode = restored_mode(entry, mask)
-                    # Created with `mode` less the umask: never more than it may have, even for a
-                    # moment; then given `mode` exactly if the umask took bits away.
-                    exact = bool(mode & mask)
-                    if entry.size <= WHOLE_CONTENT:
-                        writer.add((name, store.get_bytes(entry.oid), mode, exact))
-                    else:
-                        _stream(store, entry.oid, writer.dir_fd, name, mode, exact, stamp)
-            except OSError as exc:
-                if exc.filename not in (None, name):
-                    raise
-                # Named by its place, not by the name relative to the staging directory.
-                where = os.fsdecode(staging + b"/" + name)
-                raise OSError(exc.errno, exc.strerror, where) from exc
-            if progress is not None and index % 256 == 255:
-                progress("restore", index + 1, len(writes))
-        writer.finish()
-    finally:
-        writer.abandon()
-    if progress is not None and writes:
-        progress("restore", len(writes), len(writes))
+                    _stream(self.store, entry.oid, writer.dir_fd, name, mode, exact, self.stamp)
+        except OSError as exc:
+            if exc.filename not in (None, name):
+                raise
+            # Named by its place, not by the name relative to the staging directory.
+            where = os.fsdecode(self.staging + b"/" + name)
+            raise OSError(exc.errno, exc.strerror, where) from exc
+        self.done += 1
+        if self.progress is not None and self.done % 256 == 0:
+            self.progress("restore", self.done, self.total)
 
 
 def create_new(dir_fd: int, name: bytes, mode: int) -> int:
@@ -170,7 +221,7 @@ class _Writer:
         self._bytes = 0
         self._pool = (None if _native_write_files is None
                       else ThreadPoolExecutor(1, thread_name_prefix="ckpt-staging"))
-        self._writing: tuple[list[NewFile], Future[tuple[int, int] | None]] | None = None
+        self._writing: deque[tuple[list[NewFile], Future[tuple[int, int] | None]]] = deque()
 
     def add(self, new: NewFile) -> None:
         if self._pool is None:
@@ -183,18 +234,17 @@ class _Writer:
 
     def _hand_over(self) -> None:
         assert self._pool is not None and _native_write_files is not None
-        self._wait()
+        while len(self._writing) >= WRITING_BATCHES:
+            self._wait()
         batch, self._batch, self._bytes = self._batch, [], 0
         if batch:
-            self._writing = batch, self._pool.submit(_native_write_files, self.dir_fd, batch,
-                                                     self.stamp)
+            self._writing.append((batch, self._pool.submit(_native_write_files, self.dir_fd,
+                                                           batch, self.stamp)))
 
     def _wait(self) -> None:
-        """Wait for the batch being written; OSError naming the staged file that failed."""
-        if self._writing is None:
-            return
-        batch, done = self._writing
-        self._writing = None
+        """Wait for the oldest batch handed over; OSError naming the staged file that
+        failed."""
+        batch, done = self._writing.popleft()
         failed = done.result()
         if failed is not None:
             index, err = failed
@@ -206,7 +256,8 @@ class _Writer:
         try:
             if self._pool is not None:
                 self._hand_over()
-                self._wait()
+                while self._writing:
+                    self._wait()
         finally:
             self.abandon()
 
@@ -215,7 +266,7 @@ class _Writer:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        self._writing = None
+        self._writing.clear()
         if self.dir_fd >= 0:
             os.close(self.dir_fd)
             self.dir_fd = -1

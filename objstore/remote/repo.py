@@ -257,8 +257,8 @@ class RemoteRepo:
         self._index.remember("index", packid, index)
         return packid, len(data)
 
-    def fetch(self, store: ObjectStore, oids: Iterable[ObjectId], *, sync: bool = True
-              ) -> FetchReport:
+    def fetch(self, store: ObjectStore, oids: Iterable[ObjectId], *, sync: bool = True,
+              ready: Callable[[list[ObjectId]], object] | None = None) -> FetchReport:
         """Put into `store` the objects of `oids` it lacks (and the dictionaries and bases
         their envelopes need, each stored before what needs it). A record's framing (crc32 of
         id and envelope) and its envelope's header are checked before the store gets it; its
@@ -266,14 +266,31 @@ class RemoteRepo:
         CorruptObject naming the object, RemoteCorrupt naming a pack or index, RemoteNotFound
         for an object no index names. The remote's indexes are listed once per lock hold,
         and again when one of `oids` is in none of them. `sync`: publish the store's packs at
-        the end (a caller fetching in several calls may do it once after the last)."""
-        wanted = lacking(store, list(dict.fromkeys(oids)))
+        the end (a caller fetching in several calls may do it once after the last).
+
+        `ready` is called with each id of `oids` once, as soon as the store can read it:
+        those it had first, then each batch as it is stored (readable, not yet synced), so
+        that a caller can use the objects while the rest are still arriving. What it raises
+        ends the fetch."""
+        asked_for = list(dict.fromkeys(oids))
+        wanted = lacking(store, asked_for)
+        if ready is not None:
+            missing = set(wanted)
+            ready([oid for oid in asked_for if oid not in missing])
         if not wanted:
             return FetchReport(0, 0, 0)
         self._sync()
         if any(oid not in self._index.locations for oid in wanted):
             self._sync(again=True)
-        put_many = _putter(store)
+        store_many = _putter(store)
+        requested = set(wanted)
+
+        def put_many(objects: list[tuple[ObjectId, bytes]]) -> int:
+            count = store_many(objects)
+            if ready is not None:
+                ready([oid for oid, _ in objects if oid in requested])
+            return count
+
         stored_ids: set[ObjectId] = set()  # put by this fetch
         present: dict[ObjectId, bool] = {}  # references looked up in the store
 
@@ -295,7 +312,7 @@ class RemoteRepo:
             packs = self._read_packs(self._by_pack(rounds.popleft()))
             try:
                 for records in packs:
-                    ready: list[tuple[ObjectId, bytes]] = []
+                    storable: list[tuple[ObjectId, bytes]] = []
                     for oid, stored, span_bytes in records:
                         requests += span_bytes > 0
                         fetched_bytes += span_bytes
@@ -311,9 +328,9 @@ class RemoteRepo:
                             if not all(have(r) for r in refs):
                                 waiting[oid] = (stored, refs)
                                 continue
-                        ready.append((oid, stored))
-                    put += put_many(ready)
-                    stored_ids.update(oid for oid, _ in ready)
+                        storable.append((oid, stored))
+                    put += put_many(storable)
+                    stored_ids.update(oid for oid, _ in storable)
             finally:  # on a raise too: the read ahead is waited for, its thread ended
                 packs.close()
             if later:

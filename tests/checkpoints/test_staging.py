@@ -73,7 +73,9 @@ def _restore_and_compare(ws: Path, cp: Checkpoints, tag: str, seed: int) -> None
     assert not [n for n in os.listdir(dest) if n.startswith(".ckpt-staging")]
 
 
-def test_a_damaged_object_leaves_the_new_directory_empty(ws: Path, cp: Checkpoints) -> None:
+@pytest.mark.parametrize("existed", [False, True], ids=["absent", "empty"])
+def test_a_damaged_object_leaves_the_new_directory_as_it_was(
+        ws: Path, cp: Checkpoints, existed: bool) -> None:
     _fill(ws, random.Random(7), 30)
     record = cp.create()
     objects = cp._ws.objects
@@ -82,9 +84,12 @@ def test_a_damaged_object_leaves_the_new_directory_empty(ws: Path, cp: Checkpoin
     assert victim is not None
     h.flip_packed_byte(objects.backend, victim)
     dest = ws.parent / "dest-damaged"
+    if existed:
+        dest.mkdir()
     with pytest.raises((CheckpointError, ObjstoreError)):
         cp.restore(record.id, RestoreOptions(target=str(dest)))
-    assert os.listdir(dest) == []  # no staging directory, no partial tree
+    # No staging directory, no partial tree; a directory the restore made is gone again.
+    assert os.listdir(dest) == [] if existed else not dest.exists()
 
 
 def test_a_failed_write_names_the_staged_file_and_removes_staging(

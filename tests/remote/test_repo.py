@@ -9,7 +9,7 @@ import pytest
 from remote_helpers import connect, seeded_store
 from seaweed import Bucket
 
-from ckpt.objstore import ObjectStore
+from ckpt.objstore import ObjectId, ObjectStore
 from ckpt.objstore.packfile import decode_index
 from ckpt.objstore.remote import (
     RemoteConflict,
@@ -65,6 +65,31 @@ def test_upload_packs_grow_from_a_small_first_one_to_the_pack_size(
     assert all(size < (128 << 10) + largest + 64 for size in sizes)
     fresh = ObjectStore.init(str(tmp_path / "b"))
     assert connect(s3_bucket, create=False).fetch(fresh, oids).objects == len(oids)
+
+
+def test_fetch_says_each_object_ready_once_as_soon_as_it_can_be_read(
+        s3_bucket: Bucket, tmp_path: Path) -> None:
+    source, oids = seeded_store(tmp_path / "a", 300, seed=4, big=2)
+    repo = connect(s3_bucket, tmp_path / "cache-a", pack_size=64 << 10)
+    assert repo.upload(source, oids).packs > 3
+    target = ObjectStore.init(str(tmp_path / "b"))
+    had = oids[::3]  # a third here already: said first, without a fetch
+    for oid in had:
+        target.backend.put(oid, source.backend.get(oid))
+    said: list[list[bytes]] = []
+
+    def ready(batch: list[ObjectId]) -> None:
+        for oid in batch:  # readable and verified at the moment it is said
+            assert target.get_bytes(oid) == source.get_bytes(oid)
+        said.append(list(batch))
+
+    fresh = connect(s3_bucket, tmp_path / "cache-b", create=False)
+    report = fresh.fetch(target, oids + oids[:5], ready=ready)  # a repeat is asked for once
+    assert report.objects == len(oids) - len(had)
+    flat = [oid for batch in said for oid in batch]
+    assert sorted(flat) == sorted(oids)
+    assert set(said[0]) == set(had)
+    assert len(said) > 2  # the fetched ones in several batches, one per pack at least
 
 
 def test_fetch_of_a_few_objects_reads_only_their_ranges(s3_bucket: Bucket, tmp_path: Path
