@@ -204,8 +204,9 @@ class RemoteCalls:
         """Before a restore: a checkpoint only a remote has is pulled, and a hollow one's
         objects fetched (before any planning: damaged remote data leaves the workspace as it
         is), except for a restore into a new directory, which fetches them as it writes them
-        (`_hydrating`; damaged data leaves that directory empty). A checkpoint that came from a remote may have been taken at another path: the
-        user asked for it by id, so it is restored here (no ForeignCheckpoint)."""
+        (`_hydrating`; damaged data leaves that directory as it was). A checkpoint that came
+        from a remote may have been taken at another path: the user asked for it by id, so it
+        is restored here (no ForeignCheckpoint)."""
         from ckpt.checkpoints.remote_config import has_remotes, read_origins  # noqa: PLC0415
 
         if not has_remotes(self.store_dir):

@@ -67,8 +67,8 @@ PACK_SIZE = 64 << 20
 # pack size: the first PUT starts after little reading and checking, and big uploads still
 # make few packs.
 FIRST_PACK_SIZE = 8 << 20
-# Packs being sent at once (each PUT, HEAD, refs and index on a thread of its own): the server
-# takes two streams faster than one, and the reading and checking of the next goes on.
+# Packs being sent at once (each PUT, HEAD, refs and index on a thread of its own), while the
+# next is read and checked here: one send waiting on the server does not hold up the other.
 SENDS_AT_ONCE = 2
 # A fetch of at least this many ids lists the store's ids once instead of asking for each.
 _LIST_FROM = 256
