@@ -56,16 +56,16 @@ if TYPE_CHECKING:
     from ckpt.checkpoints.reports import PullReport, PushReport, RemoteCheck, RemoteGc
     from ckpt.checkpoints.workspace import Workspace
     from ckpt.objstore import ObjectId, ObjectStore
-    from ckpt.objstore.remote.repo import RemoteRepo
+    from ckpt.objstore.remote.repo import Arrived, RemoteRepo
 
 RECORD_CACHE = "record-files"  # beside the object layer's own cache files
 
 
 # A pulled record before adoption: (row, tracked paths, record).
 Fetched = tuple["Row", tuple[bytes, ...], CheckpointRecord]
-# Fetches a hollow checkpoint's missing blobs, saying which are readable as they arrive
-# (`Remote.hydrating`); returns how many objects it fetched.
-BlobFetch = Callable[[Callable[[list["ObjectId"]], object] | None], int]
+# Fetches a hollow checkpoint's missing blobs, saying which are readable as they arrive, with
+# the envelopes it stored (`Remote.hydrating`); returns how many objects it fetched.
+BlobFetch = Callable[[Callable[[list["Arrived"]], object] | None], int]
 
 
 def check_url(url: str, endpoint: str | None, region: str | None) -> None:
@@ -266,8 +266,9 @@ class Remote:
         """Within: `record`'s trees are in the local store (fetched level by level, each
         verified by its hash as it is read), and the remote's shared lock is held. The value
         fetches the blobs of the tree that the store lacks, by ranged GETs of the remote's
-        packs (never the whole remote), calling its argument with each blob's id once the
-        store can read it (see `RemoteRepo.fetch`), and returns how many objects it fetched.
+        packs (never the whole remote), calling its argument with each blob's id (and the
+        envelope it stored) once the store can read it (see `RemoteRepo.fetch`), and returns
+        how many objects it fetched.
         Once it has returned, leaving marks `record` local."""
         store = self.ws.objects
         repo = self.repo()
@@ -276,7 +277,7 @@ class Remote:
         with repo.lock("shared"):
             _trees, blobs, fetched = walk_fetching(repo, store, [record.tree])
 
-            def fetch_blobs(ready: Callable[[list[ObjectId]], object] | None) -> int:
+            def fetch_blobs(ready: Callable[[list[Arrived]], object] | None) -> int:
                 nonlocal complete, fetched
                 # sync=False: the one sync below publishes trees and blobs together.
                 fetched += repo.fetch(store, blobs, sync=False, ready=ready).objects

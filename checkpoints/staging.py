@@ -43,6 +43,7 @@ from ckpt.objstore.native import load_native
 
 if TYPE_CHECKING:
     from ckpt.checkpoints.remotes import BlobFetch
+    from ckpt.objstore.remote.repo import Arrived
 
 _fsops = load_native("ckpt.checkpoints._fsops")
 _native_write_files = None if _fsops is None else _fsops.write_files
@@ -106,13 +107,13 @@ def stage_tree(plan: RestorePlan, store: ObjectStore, staging: bytes,
                 assert write.entry.oid is not None
                 waiting.setdefault(write.entry.oid, []).append(write)
 
-        def ready(oids: list[ObjectId]) -> None:
-            for oid in oids:
+        def ready(arrived: list[Arrived]) -> None:
+            for oid, stored in arrived:
                 for write in waiting.pop(oid, ()):
-                    stager.stage(write, write.path)
+                    stager.stage(write, write.path, stored)
 
         if fetch_blobs is None:
-            ready(list(waiting))
+            ready([(oid, None) for oid in waiting])
         else:
             fetch_blobs(ready)
         for writes in list(waiting.values()):  # none, unless the fetch skipped some
@@ -148,8 +149,10 @@ class _Stager:
         if kind is None and self.progress is not None and self.total:
             self.progress("restore", self.total, self.total)
 
-    def stage(self, write: FileWrite, name: bytes) -> None:
-        """Write `write`'s file or symlink as `name` (relative to the staging directory)."""
+    def stage(self, write: FileWrite, name: bytes, stored: bytes | None = None) -> None:
+        """Write `write`'s file or symlink as `name` (relative to the staging directory);
+        `stored`: the blob's envelope if the caller has it (a fetch's), decoded without
+        reading it from the store again."""
         writer = self.writer
         try:
             entry = write.entry
@@ -163,7 +166,9 @@ class _Stager:
                 # moment; then given `mode` exactly if the umask took bits away.
                 exact = bool(mode & self.mask)
                 if entry.size <= WHOLE_CONTENT:
-                    writer.add((name, self.store.get_bytes(entry.oid), mode, exact))
+                    content = (self.store.get_bytes(entry.oid) if stored is None
+                               else self.store.get_bytes_from(entry.oid, stored))
+                    writer.add((name, content, mode, exact))
                 else:
                     _stream(self.store, entry.oid, writer.dir_fd, name, mode, exact, self.stamp)
         except OSError as exc:

@@ -347,7 +347,13 @@ class ObjectStore:
 
     def get_bytes(self, oid: ObjectId) -> bytes:
         """The verified content of `oid` (in memory: for trees and ordinary files)."""
-        return self._verified(oid, codec.decode_object(self.backend.get(oid), oid, refs=self))
+        return self.get_bytes_from(oid, self.backend.get(oid))
+
+    def get_bytes_from(self, oid: ObjectId, stored: bytes) -> bytes:
+        """`get_bytes` of `oid` from its envelope `stored`, which the caller has read or
+        fetched already (what it names, a block or base, is read from the store); verified
+        by its hash all the same."""
+        return self._verified(oid, codec.decode_object(stored, oid, refs=self))
 
     @staticmethod
     def _verified(oid: ObjectId, data: bytes) -> bytes:

@@ -18,9 +18,11 @@ Fetch:
     by the index, group by pack, coalesce neighbouring records into ranged GETs (the next
     pack's GETs run while this one's records are stored); check each record's framing (crc)
     and envelope header, then store the envelope as it came: every read of the store decodes
-    and hashes it anyway, so it is not decoded twice. A dictionary/base an envelope names is
-    fetched in the next round and stored before it (the envelope waits in memory meanwhile),
-    so a kill never leaves a stored object whose reference is missing
+    and hashes it anyway, so it is not decoded twice. The dictionaries/bases/blocks the refs
+    files say the wanted ids need, at every depth, come first in one round; one an envelope
+    names that is not stored yet is fetched in the next round; either way an envelope waits
+    in memory until what it names is stored, so a kill never leaves a stored object whose
+    reference is missing
 """
 
 from __future__ import annotations
@@ -61,6 +63,10 @@ from ckpt.objstore.remote.reports import (
 from ckpt.objstore.remote.transport import PreconditionFailed, S3Transport
 from ckpt.objstore.remote.url import RemoteSpec
 from ckpt.objstore.store import ObjectStore
+
+# An object a fetch says is readable (`RemoteRepo.fetch`'s `ready`): its id, and the envelope
+# it stored (None for one the store had already).
+Arrived = tuple[ObjectId, bytes | None]
 
 PACK_SIZE = 64 << 20
 # The first pack of an upload closes at this size, each next one at twice the last, up to the
@@ -258,7 +264,7 @@ class RemoteRepo:
         return packid, len(data)
 
     def fetch(self, store: ObjectStore, oids: Iterable[ObjectId], *, sync: bool = True,
-              ready: Callable[[list[ObjectId]], object] | None = None) -> FetchReport:
+              ready: Callable[[list[Arrived]], object] | None = None) -> FetchReport:
         """Put into `store` the objects of `oids` it lacks (and the dictionaries and bases
         their envelopes need, each stored before what needs it). A record's framing (crc32 of
         id and envelope) and its envelope's header are checked before the store gets it; its
@@ -270,13 +276,14 @@ class RemoteRepo:
 
         `ready` is called with each id of `oids` once, as soon as the store can read it:
         those it had first, then each batch as it is stored (readable, not yet synced), so
-        that a caller can use the objects while the rest are still arriving. What it raises
-        ends the fetch."""
+        that a caller can use the objects while the rest are still arriving; a fetched one
+        comes with its envelope as stored (`Arrived`), which the caller may decode without
+        reading it back (`ObjectStore.get_bytes_from`). What it raises ends the fetch."""
         asked_for = list(dict.fromkeys(oids))
         wanted = lacking(store, asked_for)
         if ready is not None:
             missing = set(wanted)
-            ready([oid for oid in asked_for if oid not in missing])
+            ready([(oid, None) for oid in asked_for if oid not in missing])
         if not wanted:
             return FetchReport(0, 0, 0)
         self._sync()
@@ -288,7 +295,7 @@ class RemoteRepo:
         def put_many(objects: list[tuple[ObjectId, bytes]]) -> int:
             count = store_many(objects)
             if ready is not None:
-                ready([oid for oid, _ in objects if oid in requested])
+                ready([(oid, stored) for oid, stored in objects if oid in requested])
             return count
 
         stored_ids: set[ObjectId] = set()  # put by this fetch
@@ -303,6 +310,16 @@ class RemoteRepo:
             return found
 
         waiting: dict[ObjectId, tuple[bytes, tuple[ObjectId, ...]]] = {}  # refs not yet stored
+
+        def settle() -> int:
+            """Store the waiting envelopes whose references are stored by now (and those
+            that these complete, in turn)."""
+            count = 0
+            while ready_ids := [oid for oid, (_, refs) in waiting.items() if all(map(have, refs))]:
+                count += put_many([(oid, waiting.pop(oid)[0]) for oid in ready_ids])
+                stored_ids.update(ready_ids)
+            return count
+
         rounds = self._refs_first(store, wanted)
         asked: set[ObjectId] = {oid for batch in rounds for oid in batch}
         put = requests = fetched_bytes = 0
@@ -331,39 +348,39 @@ class RemoteRepo:
                         storable.append((oid, stored))
                     put += put_many(storable)
                     stored_ids.update(oid for oid, _ in storable)
+                    if waiting:
+                        put += settle()
             finally:  # on a raise too: the read ahead is waited for, its thread ended
                 packs.close()
             if later:
                 rounds.append(later)
-        while waiting:  # every reference is stored by now, unless the remote holds a cycle
-            ready_ids = [oid for oid, (_, refs) in waiting.items() if all(map(have, refs))]
-            if not ready_ids:
-                oid = next(iter(waiting))
-                raise CorruptObject(oid, "its dictionary or delta base never arrives "
-                                         "(a reference cycle on the remote)")
-            for oid in ready_ids:
-                put += put_many([(oid, waiting.pop(oid)[0])])
-                stored_ids.add(oid)
+        if waiting:  # every reference is stored by now, unless the remote holds a cycle
+            oid = next(iter(waiting))
+            raise CorruptObject(oid, "its dictionary or delta base never arrives "
+                                     "(a reference cycle on the remote)")
         if sync:
             store.sync()
         return FetchReport(put, fetched_bytes, requests)
 
     def _refs_first(self, store: ObjectStore, wanted: list[ObjectId]) -> deque[list[ObjectId]]:
-        """`wanted` as rounds of a fetch, preceded by the dictionaries and bases the remote's
-        refs files say they need (the deepest first) that the store lacks, so that most
-        envelopes find their reference stored when they arrive, instead of waiting for it
-        in memory. (An envelope naming one the refs files do not is still held back.)"""
-        rounds: deque[list[ObjectId]] = deque([wanted])
+        """`wanted` as rounds of a fetch, preceded by one round of the dictionaries and bases
+        (at every depth) the remote's refs files say they need and the store lacks, so that
+        most envelopes of `wanted` find their reference stored when they arrive, instead of
+        waiting for it in memory. Within that round a base that arrives before its own base
+        waits until the end of that one's pack; the depths share one round so that the
+        fetch makes one pass over the packs for all of them. (An envelope naming one the
+        refs files do not is still held back.)"""
         seen = set(wanted)
         refs = self._index.refs
         level = wanted
+        needed: list[ObjectId] = []
         while True:
             named = {refs[oid] for oid in level if oid in refs} - seen
             level = lacking(store, list(named))
             if not level:
-                return rounds
+                return deque([needed, wanted] if needed else [wanted])
             seen.update(level)
-            rounds.appendleft(level)
+            needed += level
 
     def _read_packs(self, groups: dict[str, list[Entry]]
                     ) -> Generator[Iterator[tuple[ObjectId, bytes, int]], None, None]:

@@ -9,7 +9,7 @@ import pytest
 from remote_helpers import connect, seeded_store
 from seaweed import Bucket
 
-from ckpt.objstore import ObjectId, ObjectStore
+from ckpt.objstore import ObjectStore
 from ckpt.objstore.packfile import decode_index
 from ckpt.objstore.remote import (
     RemoteConflict,
@@ -18,7 +18,7 @@ from ckpt.objstore.remote import (
     parse_remote_url,
 )
 from ckpt.objstore.remote import repo as repo_module
-from ckpt.objstore.remote.repo import head_name
+from ckpt.objstore.remote.repo import Arrived, head_name
 
 
 def test_upload_then_fetch_into_an_empty_store_round_trips_every_object(
@@ -78,10 +78,12 @@ def test_fetch_says_each_object_ready_once_as_soon_as_it_can_be_read(
         target.backend.put(oid, source.backend.get(oid))
     said: list[list[bytes]] = []
 
-    def ready(batch: list[ObjectId]) -> None:
-        for oid in batch:  # readable and verified at the moment it is said
+    def ready(batch: list[Arrived]) -> None:
+        for oid, stored in batch:  # readable and verified at the moment it is said
             assert target.get_bytes(oid) == source.get_bytes(oid)
-        said.append(list(batch))
+            # a fetched one comes with its envelope as stored; one it had, without
+            assert stored == (None if oid in had else target.backend.get(oid))
+        said.append([oid for oid, _ in batch])
 
     fresh = connect(s3_bucket, tmp_path / "cache-b", create=False)
     report = fresh.fetch(target, oids + oids[:5], ready=ready)  # a repeat is asked for once

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from remote_helpers import connect
 from seaweed import Bucket
 
-from ckpt.objstore import ObjectId, ObjectStore
+from ckpt.objstore import ObjectId, ObjectStore, codec
+from ckpt.objstore.remote import repo as repo_module
 
 
 def _dictionary_store(path: Path) -> tuple[ObjectStore, ObjectId, list[ObjectId]]:
@@ -51,3 +53,42 @@ def test_upload_fetch_and_gc_carry_the_dictionary_along(s3_bucket: Bucket, tmp_p
     assert fetched.objects == len(oids) + 1 and target.has(dictionary)
     assert all(target.get_bytes(oid) == source.get_bytes(oid) for oid in oids)
     assert repo.check(full=True).problems == ()
+
+
+def test_delta_chains_come_in_one_pass_over_the_packs_whatever_their_order(
+        s3_bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bases of a fetch's deltas, at every depth, come in one round: each pack is read
+    at most twice (once for bases, once for what was asked), and a base that arrives before
+    its own base (small packs spread the chains) waits for it and is stored after it."""
+    source = ObjectStore.init(str(tmp_path / "a"))
+    rng = random.Random(31)
+    newest = []
+    for _ in range(6):
+        version = rng.randbytes(3000) * 4  # compressible, over MIN_DELTA_SIZE
+        oid = source.put_bytes(version)
+        for _ in range(3):
+            at = rng.randrange(len(version) - 16)
+            version = version[:at] + rng.randbytes(16) + version[at + 16:]
+            oid = source.put_bytes(version, base=oid)
+        newest.append(oid)
+    source.sync()
+    assert all(source.backend.get(oid)[4] == codec.CODEC_DELTA for oid in newest)
+    monkeypatch.setattr(repo_module, "FIRST_PACK_SIZE", 2 << 10)
+    repo = connect(s3_bucket, pack_size=2 << 10)
+    # Newest first: a chain's versions land in packs apart, its newest in the first.
+    for oid in [*newest, *source.backend.iter_ids()]:
+        repo.upload(source, [oid])
+
+    reads: Counter[str] = Counter()
+    spans = repo_module.RemoteRepo._get_spans
+
+    def counted(self: repo_module.RemoteRepo, key: str, entries: list) -> object:  # type: ignore[type-arg]
+        reads[key] += 1
+        return spans(self, key, entries)
+
+    monkeypatch.setattr(repo_module.RemoteRepo, "_get_spans", counted)
+    target = ObjectStore.init(str(tmp_path / "b"))
+    fetched = connect(s3_bucket, create=False).fetch(target, newest)
+    assert fetched.objects == 6 * 4
+    assert all(target.get_bytes(oid) == source.get_bytes(oid) for oid in newest)
+    assert len(reads) > 6 and max(reads.values()) <= 2, reads
