@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -100,6 +101,13 @@ def _files(manifest: Manifest, keep: set[str] | None = None) -> Manifest:
             if e.kind != "dir" and (keep is None or p in keep)}
 
 
+def _settle() -> None:
+    """Flush what the last step wrote (a restore's 1.3 GB, a store) before the next starts,
+    so that its writeback lands in neither tool's timed step: whoever went second in a round
+    would otherwise pay for the first."""
+    os.sync()
+
+
 def run_round(index: int, corpus: Corpus, baseline: Manifest, captured: list[str],
               files: list[str], seed: int, scratch: Path, site: Site, install: Install,
               restic_exe: str) -> dict[str, Any]:
@@ -135,6 +143,7 @@ def run_round(index: int, corpus: Corpus, baseline: Manifest, captured: list[str
         sizes["restic_after_first"] = site.bucket_size(restic_bucket)[0]
 
     for step in (first_ckpt, first_restic) if ckpt_goes_first else (first_restic, first_ckpt):
+        _settle()
         step()
 
     turn = plan_turn(files, seed, find_ignored=lambda ps: find_ignored(corpus.path, ps))
@@ -155,6 +164,7 @@ def run_round(index: int, corpus: Corpus, baseline: Manifest, captured: list[str
         sizes["restic_after_turn"] = site.bucket_size(restic_bucket)[0]
 
     for step in (turn_ckpt, turn_restic) if ckpt_goes_first else (turn_restic, turn_ckpt):
+        _settle()
         step()
 
     expected_ckpt = _files(baseline, set(captured))
@@ -176,6 +186,7 @@ def run_round(index: int, corpus: Corpus, baseline: Manifest, captured: list[str
         _check(baseline, read_manifest(restored), "restic fresh-machine restore")
 
     for step in (fresh_ckpt, fresh_restic) if ckpt_goes_first else (fresh_restic, fresh_ckpt):
+        _settle()
         step()
     return {"round": index, "seed": seed, "ckpt_first": ckpt_goes_first, "steps": steps,
             "sizes": sizes, "verified": True,
