@@ -5,10 +5,11 @@ anything in the workspace changes. Two layouts: numbered names in one flat direc
 and the plan's own paths below a new private directory (`stage_tree`, for a restore into a
 new directory, whose top-level entries are then moved as wholes).
 
-Decoding and writing overlap: the caller's thread reads, decompresses and verifies contents
+Decoding and writing overlap: the caller's thread decodes and verifies contents blob after
+blob (`ObjectStore.get_many`, whose blocks are decompressed ahead on a thread of the store's)
 into batches, and one writer thread creates and fills a batch's files while the next batch is
-decoded (the native `write_files` of `_fsops.c`, without the GIL), so that the store's
-decompression and the kernel's file creation run on two cores. At most `WRITING_BATCHES`
+decoded (the native `write_files` of `_fsops.c`, without the GIL), so that decompression,
+hashing and the kernel's file creation run side by side. At most `WRITING_BATCHES`
 are handed over and not yet written, and one is being filled, which bounds the memory held.
 A content over `WHOLE_CONTENT` is streamed from the store on the caller's thread instead.
 Without the native extension each file is written on the caller's thread as it is decoded.
@@ -76,8 +77,14 @@ def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[R
     names = [b"%d" % index for index in range(len(plan.writes))]
     try:
         with _Stager(store, staging, len(names), None) as stager:
+            blobs: dict[ObjectId, list[tuple[FileWrite, bytes]]] = {}
             for write, name in zip(plan.writes, names):
-                stager.stage(write, name)
+                if write.entry.kind is EntryKind.SYMLINK:
+                    stager.stage(write, name)
+                else:
+                    assert write.entry.oid is not None
+                    blobs.setdefault(write.entry.oid, []).append((write, name))
+            stager.stage_blobs([(oid, None, writes) for oid, writes in blobs.items()])
     except BaseException:
         remove_staging(staging)
         raise
@@ -98,27 +105,26 @@ def stage_tree(plan: RestorePlan, store: ObjectStore, staging: bytes,
     os.mkdir(staging, 0o700)
     for path in plan.mkdirs:
         os.mkdir(staging + b"/" + path, 0o777)
-    waiting: dict[ObjectId, list[FileWrite]] = {}  # the files of each blob, by first path
+    # The files of each blob (in path order, by first path) and the names they are staged as.
+    waiting: dict[ObjectId, list[tuple[FileWrite, bytes]]] = {}
     with _Stager(store, staging, len(plan.writes), progress) as stager:
         for write in plan.writes:
             if write.entry.kind is EntryKind.SYMLINK:
                 stager.stage(write, write.path)
             else:
                 assert write.entry.oid is not None
-                waiting.setdefault(write.entry.oid, []).append(write)
+                waiting.setdefault(write.entry.oid, []).append((write, write.path))
 
         def ready(arrived: list[Arrived]) -> None:
-            for oid, stored in arrived:
-                for write in waiting.pop(oid, ()):
-                    stager.stage(write, write.path, stored)
+            stager.stage_blobs([(oid, stored, waiting.pop(oid)) for oid, stored in arrived
+                                if oid in waiting])
 
         if fetch_blobs is None:
             ready([(oid, None) for oid in waiting])
         else:
             fetch_blobs(ready)
-        for writes in list(waiting.values()):  # none, unless the fetch skipped some
-            for write in writes:
-                stager.stage(write, write.path)
+        # None, unless the fetch skipped some.
+        stager.stage_blobs([(oid, None, writes) for oid, writes in waiting.items()])
 
 
 class _Stager:
@@ -149,10 +155,25 @@ class _Stager:
         if kind is None and self.progress is not None and self.total:
             self.progress("restore", self.total, self.total)
 
-    def stage(self, write: FileWrite, name: bytes, stored: bytes | None = None) -> None:
+    def stage_blobs(self, blobs: list[tuple[ObjectId, bytes | None, list[tuple[FileWrite, bytes]]]]
+                    ) -> None:
+        """Write the files of each blob of `blobs`: its id, its envelope if the caller has it
+        (a fetch's, decoded without reading it from the store again), and its files with
+        the names to stage them as. The blobs are decoded in order (`ObjectStore.get_many`:
+        their blocks read ahead); a content over WHOLE_CONTENT is streamed instead."""
+        whole = [blob for blob in blobs if blob[2][0][0].entry.size <= WHOLE_CONTENT]
+        contents = self.store.get_many((oid, stored) for oid, stored, _ in whole)
+        for (_, _, files), content in zip(whole, contents, strict=True):
+            for write, name in files:
+                self.stage(write, name, content)
+        for _, _, files in blobs:
+            if files[0][0].entry.size > WHOLE_CONTENT:
+                for write, name in files:
+                    self.stage(write, name)
+
+    def stage(self, write: FileWrite, name: bytes, content: bytes | None = None) -> None:
         """Write `write`'s file or symlink as `name` (relative to the staging directory);
-        `stored`: the blob's envelope if the caller has it (a fetch's), decoded without
-        reading it from the store again."""
+        `content`: the file's, if the caller has decoded it already."""
         writer = self.writer
         try:
             entry = write.entry
@@ -165,9 +186,9 @@ class _Stager:
                 # Created with `mode` less the umask: never more than it may have, even for a
                 # moment; then given `mode` exactly if the umask took bits away.
                 exact = bool(mode & self.mask)
-                if entry.size <= WHOLE_CONTENT:
-                    content = (self.store.get_bytes(entry.oid) if stored is None
-                               else self.store.get_bytes_from(entry.oid, stored))
+                if content is not None or entry.size <= WHOLE_CONTENT:
+                    if content is None:
+                        content = self.store.get_bytes(entry.oid)
                     writer.add((name, content, mode, exact))
                 else:
                     _stream(self.store, entry.oid, writer.dir_fd, name, mode, exact, self.stamp)

@@ -2,7 +2,8 @@
 
 What lives here: the rules of which objects go into a block (`BlockOptions`), the read of a
 member (`read_member`: the prefix of its block up to the member's end, decompressed once and
-kept in a small `BlockCache`). What does not: the envelope bytes (codec.py), the gathering of
+kept in a small `BlockCache`), and the read ahead of many members in a row (`read_ahead`:
+their blocks decompressed whole on a thread, ahead of the reader). What does not: the envelope bytes (codec.py), the gathering of
 members in a put (putfiles.py), the ids gc and fsck follow (delta.py's `envelope_closure`
 follows `codec.envelope_refs`, which names a member's block).
 
@@ -20,7 +21,9 @@ the block's bytes are freed only when none of its members is kept.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ckpt.objstore import codec
@@ -47,6 +50,10 @@ MIN_BLOCK_LEVEL = 3
 MIN_PLAIN_LEVEL = 3
 # Decompressed blocks kept for reads (a whole-tree restore reads in path order, block order).
 CACHE_BYTES = 8 << 20
+# A read ahead (`read_ahead`) decompresses this many blocks beyond the one being read, and
+# holds at most this many bytes of envelopes read ahead of its caller.
+AHEAD = 2
+AHEAD_BYTES = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +133,15 @@ def read_member(backend: Backend, cache: BlockCache, block: ObjectId, offset: in
     known = cache.get(block)
     if known is not None and len(known) >= end:
         return known[offset:end]
+    content = _content(backend, block, end, oid, whole=known is not None)
+    cache.put(block, content)
+    return content[offset:end]
+
+
+def _content(backend: Backend, block: ObjectId, end: int, oid: ObjectId | None, *,
+             whole: bool) -> bytes:
+    """`block`'s content, whole or up to `end` at least; CorruptObject naming the member `oid`
+    (None: the block itself) if the block cannot serve bytes up to `end`."""
     try:
         stored = backend.get(block)
         kind, size = codec.read_header(stored, block)
@@ -138,13 +154,74 @@ def read_member(backend: Backend, cache: BlockCache, block: ObjectId, offset: in
     if kind == codec.CODEC_RAW:
         content = bytes(memoryview(stored)[codec.HEADER_SIZE:])
     elif kind == codec.CODEC_ZSTD:
-        content = _decompressed(stored, block, size if known is not None else end, oid)
+        content = _decompressed(stored, block, size if whole else end, oid)
     else:
         raise CorruptObject(oid, f"its block {block.hex()} is not a plain object")
     if len(content) < end:
         raise CorruptObject(oid, f"its block {block.hex()} is damaged (short content)")
-    cache.put(block, content)
-    return content[offset:end]
+    return content
+
+
+def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[ObjectId, bytes]]
+               ) -> Iterator[tuple[ObjectId, bytes]]:
+    """`items` (ids and their envelopes) again, in order, for a caller that decodes them all
+    (a restore). Meanwhile a thread of its own decompresses each block their members name,
+    whole, up to `AHEAD` blocks before the first of those members is given back, which then
+    finds its block in `cache`: zstd runs outside the GIL, so the caller's decoding, hashing
+    and writing of one block's members overlap the next block's decompression. At most
+    `AHEAD_BYTES` of envelopes are read ahead of the caller. A block the thread cannot read
+    is left to the member's own read, which names the member and the damage."""
+    source = iter(items)
+    pending: deque[tuple[ObjectId, bytes, ObjectId | None]] = deque()
+    loading: dict[ObjectId, Future[bytes | None]] = {}
+    seen: set[ObjectId] = set()
+    held = 0
+    exhausted = False
+    with ThreadPoolExecutor(1, thread_name_prefix="ckpt-blocks") as pool:
+        try:
+            while True:
+                while not exhausted and len(loading) <= AHEAD and held < AHEAD_BYTES:
+                    item = next(source, None)
+                    if item is None:
+                        exhausted = True
+                        break
+                    oid, stored = item
+                    block = _block_of(oid, stored)
+                    if block is not None and block not in seen:
+                        seen.add(block)
+                        loading[block] = pool.submit(_whole_or_none, backend, block)
+                    pending.append((oid, stored, block))
+                    held += len(stored)
+                if not pending:
+                    return
+                oid, stored, block = pending.popleft()
+                held -= len(stored)
+                if block is not None and block in loading:
+                    content = loading.pop(block).result()
+                    if content is not None:
+                        cache.put(block, content)
+                yield oid, stored
+        finally:
+            for future in loading.values():
+                future.cancel()
+
+
+def _block_of(oid: ObjectId, stored: bytes) -> ObjectId | None:
+    """The block a member's envelope names; None for another envelope, or a damaged one (its
+    own read says why)."""
+    if len(stored) <= codec.HEADER_SIZE or stored[4] != codec.CODEC_BLOCK:
+        return None
+    try:
+        return codec.envelope_refs(stored, oid)[0]
+    except CorruptObject:
+        return None
+
+
+def _whole_or_none(backend: Backend, block: ObjectId) -> bytes | None:
+    try:
+        return _content(backend, block, 0, None, whole=True)
+    except CorruptObject:
+        return None
 
 
 def _decompressed(stored: bytes, block: ObjectId, size: int, oid: ObjectId | None) -> bytes:

@@ -349,6 +349,17 @@ class ObjectStore:
         """The verified content of `oid` (in memory: for trees and ordinary files)."""
         return self.get_bytes_from(oid, self.backend.get(oid))
 
+    def get_many(self, items: Iterable[tuple[ObjectId, bytes | None]]) -> Iterator[bytes]:
+        """`get_bytes` of each object of `items` in order: an id and its envelope if the caller
+        has it (a fetch's), else None (read from the store). For a caller that reads many
+        objects in a row (a restore): the blocks their members name are decompressed ahead on
+        a thread (`blocks.read_ahead`). Each content is verified by its hash."""
+        backend = self.backend
+        envelopes = ((oid, backend.get(oid) if stored is None else stored)
+                     for oid, stored in items)
+        for oid, stored in blocks.read_ahead(backend, self._blocks, envelopes):
+            yield self.get_bytes_from(oid, stored)
+
     def get_bytes_from(self, oid: ObjectId, stored: bytes) -> bytes:
         """`get_bytes` of `oid` from its envelope `stored`, which the caller has read or
         fetched already (what it names, a block or base, is read from the store); verified

@@ -244,6 +244,48 @@ def test_a_damaged_block_is_a_corrupt_member_and_fsck_names_the_block(tmp_path: 
     store.close()
 
 
+def test_get_many_reads_each_block_once_ahead_and_gives_contents_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    contents = many_small(7, 300)
+    paths = write_files(tmp_path / "tree", contents)
+    store = ObjectStore.init(str(tmp_path / "store"), StoreOptions(block_size=32 << 10))
+    members = [r.oid for r in put_all(store, paths)]
+    blocks = {block_of(store, oid) for oid in members if codec_of(store, oid) == codec.CODEC_BLOCK}
+    assert len(blocks) > 10
+    big = store.put_bytes(random.Random(1).randbytes(300_000))  # plain zstd, no block
+    envelopes = {oid: store.backend.get(oid) for oid in members[::2]}  # a fetch's, in hand
+    store.forget_cached()
+    reads: list[ObjectId] = []
+    get = store.backend.get
+
+    def counted(oid: ObjectId) -> bytes:
+        reads.append(oid)
+        return get(oid)
+
+    monkeypatch.setattr(store.backend, "get", counted)
+    items = [(oid, envelopes.get(oid)) for oid in members] + [(big, None)]
+    got = list(store.get_many(items))
+    assert got == [*contents, store.get_bytes(big)]
+    assert sorted(oid for oid in reads if oid in blocks) == sorted(blocks)  # each block once
+    assert not set(envelopes) & set(reads)  # an envelope in hand is not read again
+    # Stopped early, the read ahead ends its thread; nothing is read wrong on the next call.
+    early = store.get_many((oid, None) for oid in members)
+    assert next(early) == contents[0]
+    early.close()
+    assert list(store.get_many([(members[-1], None)])) == [contents[-1]]
+
+
+def test_get_many_names_the_member_of_a_damaged_block(tmp_path: Path) -> None:
+    path, block, members, _, contents = _damaged_block_store(tmp_path)
+    store = ObjectStore.open(str(path))
+    with pytest.raises(CorruptObject) as caught:
+        for oid, content in zip(members, store.get_many((oid, None) for oid in members),
+                                strict=True):
+            assert content == contents[members.index(oid)]  # never wrong bytes
+    assert caught.value.oid in members and block.hex() in str(caught.value)
+    store.close()
+
+
 # -- gc --------------------------------------------------------------------------------------
 
 
