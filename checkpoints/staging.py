@@ -27,6 +27,7 @@ import os
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 from typing import TYPE_CHECKING, Self
 
 from ckpt.checkpoints.paths import RelPath
@@ -62,6 +63,9 @@ BATCH_BYTES = 4 << 20
 WRITING_BATCHES = 3
 
 NewFile = tuple[bytes, bytes, int, bool]  # name, content, mode, set the mode exactly
+# A blob to stage: its id, its envelope if the caller has it (a fetch's), and its files with
+# the names they are staged as.
+Blob = tuple[ObjectId, bytes | None, list[tuple[FileWrite, bytes]]]
 
 
 def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[RelPath, bytes]:
@@ -77,7 +81,7 @@ def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[R
     names = [b"%d" % index for index in range(len(plan.writes))]
     try:
         with _Stager(store, staging, len(names), None) as stager:
-            blobs: dict[ObjectId, list[tuple[FileWrite, bytes]]] = {}
+            blobs: dict[ObjectId, list[tuple[FileWrite, bytes]]] = {}  # by first path
             for write, name in zip(plan.writes, names):
                 if write.entry.kind is EntryKind.SYMLINK:
                     stager.stage(write, name)
@@ -155,21 +159,23 @@ class _Stager:
         if kind is None and self.progress is not None and self.total:
             self.progress("restore", self.total, self.total)
 
-    def stage_blobs(self, blobs: list[tuple[ObjectId, bytes | None, list[tuple[FileWrite, bytes]]]]
-                    ) -> None:
-        """Write the files of each blob of `blobs`: its id, its envelope if the caller has it
-        (a fetch's, decoded without reading it from the store again), and its files with
-        the names to stage them as. The blobs are decoded in order (`ObjectStore.get_many`:
-        their blocks read ahead); a content over WHOLE_CONTENT is streamed instead."""
-        whole = [blob for blob in blobs if blob[2][0][0].entry.size <= WHOLE_CONTENT]
-        contents = self.store.get_many((oid, stored) for oid, stored, _ in whole)
-        for (_, _, files), content in zip(whole, contents, strict=True):
-            for write, name in files:
-                self.stage(write, name, content)
-        for _, _, files in blobs:
-            if files[0][0].entry.size > WHOLE_CONTENT:
+    def stage_blobs(self, blobs: list[Blob]) -> None:
+        """Write the files of each blob of `blobs` (an envelope in hand is decoded without
+        reading it from the store again). The blobs are decoded in order
+        (`ObjectStore.get_many`: their blocks read ahead); a content over WHOLE_CONTENT is
+        streamed instead."""
+        whole: list[Blob] = []
+        for blob in blobs:
+            files = blob[2]
+            if files[0][0].entry.size <= WHOLE_CONTENT:
+                whole.append(blob)
+            else:
                 for write, name in files:
                     self.stage(write, name)
+        with closing(self.store.get_many((oid, stored) for oid, stored, _ in whole)) as contents:
+            for (_, _, files), content in zip(whole, contents, strict=True):
+                for write, name in files:
+                    self.stage(write, name, content)
 
     def stage(self, write: FileWrite, name: bytes, content: bytes | None = None) -> None:
         """Write `write`'s file or symlink as `name` (relative to the staging directory);

@@ -3,9 +3,10 @@
 What lives here: the rules of which objects go into a block (`BlockOptions`), the read of a
 member (`read_member`: the prefix of its block up to the member's end, decompressed once and
 kept in a small `BlockCache`), and the read ahead of many members in a row (`read_ahead`:
-their blocks decompressed whole on a thread, ahead of the reader). What does not: the envelope bytes (codec.py), the gathering of
-members in a put (putfiles.py), the ids gc and fsck follow (delta.py's `envelope_closure`
-follows `codec.envelope_refs`, which names a member's block).
+their blocks decompressed whole on a thread, ahead of the reader). What does not: the
+envelope bytes (codec.py), the gathering of members in a put (putfiles.py), the ids gc and
+fsck follow (delta.py's `envelope_closure` follows `codec.envelope_refs`, which names a
+member's block).
 
 A block is an ordinary blob: its content is its members' contents concatenated in the order
 they were put (path order in a snapshot), its id the BLAKE3 of that, compressed as one zstd

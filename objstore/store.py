@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import stat as statmod
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Literal, Protocol
 
@@ -349,7 +349,8 @@ class ObjectStore:
         """The verified content of `oid` (in memory: for trees and ordinary files)."""
         return self.get_bytes_from(oid, self.backend.get(oid))
 
-    def get_many(self, items: Iterable[tuple[ObjectId, bytes | None]]) -> Iterator[bytes]:
+    def get_many(self, items: Iterable[tuple[ObjectId, bytes | None]]
+                 ) -> Generator[bytes, None, None]:
         """`get_bytes` of each object of `items` in order: an id and its envelope if the caller
         has it (a fetch's), else None (read from the store). For a caller that reads many
         objects in a row (a restore): the blocks their members name are decompressed ahead on
