@@ -15,9 +15,10 @@ Upload, resumable by construction:
     a rerun re-sends only what no index names
 Fetch:
     for each wanted id the store lacks (one listing of the store's ids for many): locate it
-    by the index, group by pack, coalesce neighbouring records into ranged GETs (the next
-    pack's GETs run while this one's records are stored); check each record's framing (crc)
-    and envelope header, then store the envelope as it came: every read of the store decodes
+    by the index, group by pack, coalesce neighbouring records into ranged GETs, a part of
+    a pack (FETCH_PART) at a time (the next part's GETs run while this one's records are
+    stored, in batches of STORE_BATCH); check each record's framing (crc) and envelope
+    header, then store the envelope as it came: every read of the store decodes
     and hashes it anyway, so it is not decoded twice. The dictionaries/bases/blocks the refs
     files say the wanted ids need, at every depth, come first in one round; one an envelope
     names that is not stored yet is fetched in the next round; either way an envelope waits
@@ -78,6 +79,12 @@ FIRST_PACK_SIZE = 8 << 20
 SENDS_AT_ONCE = 2
 # A fetch of at least this many ids lists the store's ids once instead of asking for each.
 _LIST_FROM = 256
+# A fetch stores (and says ready) what it got in batches of about this many bytes, not a
+# pack's worth at once: the caller starts on them sooner and fewer copies are held.
+STORE_BATCH = 4 << 20
+# A fetch reads a pack's ranges in parts of about this many bytes, the next part while the
+# caller stores this one: what it holds does not grow with the pack size.
+FETCH_PART = 16 << 20
 CONNECT_TIMEOUT = 10.0
 HEAD_ATTEMPTS = 16  # If-Match rounds of update_head before it gives up
 _CACHE_ID = "remote-id"
@@ -292,13 +299,17 @@ class RemoteRepo:
         store_many = _putter(store)
         requested = set(wanted)
 
+        stored_ids: set[ObjectId] = set()  # put by this fetch
+
         def put_many(objects: list[tuple[ObjectId, bytes]]) -> int:
+            if not objects:
+                return 0
             count = store_many(objects)
+            stored_ids.update(oid for oid, _ in objects)
             if ready is not None:
                 ready([(oid, stored) for oid, stored in objects if oid in requested])
             return count
 
-        stored_ids: set[ObjectId] = set()  # put by this fetch
         present: dict[ObjectId, bool] = {}  # references looked up in the store
 
         def have(ref: ObjectId) -> bool:
@@ -317,7 +328,6 @@ class RemoteRepo:
             count = 0
             while ready_ids := [oid for oid, (_, refs) in waiting.items() if all(map(have, refs))]:
                 count += put_many([(oid, waiting.pop(oid)[0]) for oid in ready_ids])
-                stored_ids.update(ready_ids)
             return count
 
         rounds = self._refs_first(store, wanted)
@@ -330,6 +340,7 @@ class RemoteRepo:
             try:
                 for records in packs:
                     storable: list[tuple[ObjectId, bytes]] = []
+                    held = 0
                     for oid, stored, span_bytes in records:
                         requests += span_bytes > 0
                         fetched_bytes += span_bytes
@@ -346,8 +357,11 @@ class RemoteRepo:
                                 waiting[oid] = (stored, refs)
                                 continue
                         storable.append((oid, stored))
+                        held += len(stored)
+                        if held >= STORE_BATCH:
+                            put += put_many(storable)
+                            storable, held = [], 0
                     put += put_many(storable)
-                    stored_ids.update(oid for oid, _ in storable)
                     if waiting:
                         put += settle()
             finally:  # on a raise too: the read ahead is waited for, its thread ended
@@ -384,9 +398,11 @@ class RemoteRepo:
 
     def _read_packs(self, groups: dict[str, list[Entry]]
                     ) -> Generator[Iterator[tuple[ObjectId, bytes, int]], None, None]:
-        """The records of each pack of `groups` (as `_records` gives them); the
-        next pack's ranges are being fetched on a thread while the caller stores this one's."""
-        keys = [(layout.pack_key(packid), entries) for packid, entries in groups.items()]
+        """The records of each pack of `groups` (as `_records` gives them), a part of about
+        FETCH_PART bytes at a time; the next part's ranges are being fetched on a thread
+        while the caller stores this one's, so that two parts are held, not two packs."""
+        keys = [(layout.pack_key(packid), part) for packid, entries in groups.items()
+                for part in _parts(entries)]
         if not keys:
             return
         with ThreadPoolExecutor(1, thread_name_prefix="ckpt-remote-fetch") as pool:
@@ -506,6 +522,22 @@ def _records(key: str, spans: list[Span], parts: list[bytes]
         for oid, stored in iter_records(key, span, part):
             yield oid, stored, got
             got = 0
+
+
+def _parts(entries: list[Entry]) -> list[list[Entry]]:
+    """`entries` of one pack in their order in it, cut into parts of about FETCH_PART bytes."""
+    parts: list[list[Entry]] = []
+    part: list[Entry] = []
+    size = 0
+    for entry in sorted(entries, key=lambda e: e[1]):
+        part.append(entry)
+        size += entry[2]
+        if size >= FETCH_PART:
+            parts.append(part)
+            part, size = [], 0
+    if part:
+        parts.append(part)
+    return parts
 
 
 def lacking(store: ObjectStore, oids: list[ObjectId]) -> list[ObjectId]:

@@ -18,7 +18,8 @@ from ckpt.objstore.remote import (
     parse_remote_url,
 )
 from ckpt.objstore.remote import repo as repo_module
-from ckpt.objstore.remote.repo import Arrived, head_name
+from ckpt.objstore.remote.packs import Entry
+from ckpt.objstore.remote.repo import Arrived, RemoteRepo, head_name
 
 
 def test_upload_then_fetch_into_an_empty_store_round_trips_every_object(
@@ -92,6 +93,32 @@ def test_fetch_says_each_object_ready_once_as_soon_as_it_can_be_read(
     assert sorted(flat) == sorted(oids)
     assert set(said[0]) == set(had)
     assert len(said) > 2  # the fetched ones in several batches, one per pack at least
+
+
+def test_fetch_reads_a_pack_in_parts_and_stores_it_in_batches(
+        s3_bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source, oids = seeded_store(tmp_path / "a", 300, seed=6)
+    assert connect(s3_bucket, tmp_path / "cache-a").upload(source, oids).packs == 1
+    sizes = {oid: len(source.backend.get(oid)) for oid in oids}
+    monkeypatch.setattr(repo_module, "FETCH_PART", 64 << 10)
+    monkeypatch.setattr(repo_module, "STORE_BATCH", 16 << 10)
+    parts: list[int] = []
+    spans = repo_module.RemoteRepo._get_spans
+
+    def counted(self: RemoteRepo, key: str, entries: list[Entry]) -> object:
+        parts.append(sum(length for _, _, length in entries))
+        return spans(self, key, entries)
+
+    monkeypatch.setattr(repo_module.RemoteRepo, "_get_spans", counted)
+    batches: list[int] = []
+    target = ObjectStore.init(str(tmp_path / "b"))
+    connect(s3_bucket, create=False).fetch(
+        target, oids, ready=lambda batch: batches.append(sum(sizes[oid] for oid, _ in batch)))
+    assert all(target.get_bytes(oid) == source.get_bytes(oid) for oid in oids)
+    largest = max(sizes.values())
+    assert len(parts) >= sum(sizes.values()) // (64 << 10) > 2  # one pack, read in parts
+    assert max(parts) < (64 << 10) + largest
+    assert len(batches) > len(parts) and max(batches) < (16 << 10) + largest
 
 
 def test_fetch_of_a_few_objects_reads_only_their_ranges(s3_bucket: Bucket, tmp_path: Path
