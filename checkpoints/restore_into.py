@@ -132,16 +132,16 @@ def restore_into(ws: Workspace, record: CheckpointRecord, only: tuple[RelPath, .
         dest_b = os.fsencode(dest)
         staging = dest_b + b"/" + os.fsencode(WORKSPACE_STAGING_PREFIX + os.urandom(6).hex())
         try:
-            stage_tree(plan, ws.objects, staging, progress, fetch_blobs)
-            applied = move_into(dest_b, staging, plan)
+            try:
+                stage_tree(plan, ws.objects, staging, progress, fetch_blobs)
+                applied = move_into(dest_b, staging, plan)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)  # what a failure or a conflict left
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
             if made:  # as it was: absent (unless something appeared in it meanwhile)
                 with contextlib.suppress(OSError):
                     os.rmdir(dest_b)
             raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)  # what a conflict left
     report = restore_report(record, plan, applied, None, (), found, started, into=dest)
     if record_event:
         event = restore_event(ws, report)

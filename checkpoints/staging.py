@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from typing import TYPE_CHECKING, Self
@@ -81,14 +82,8 @@ def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[R
     names = [b"%d" % index for index in range(len(plan.writes))]
     try:
         with _Stager(store, staging, len(names), None) as stager:
-            blobs: dict[ObjectId, list[tuple[FileWrite, bytes]]] = {}  # by first path
-            for write, name in zip(plan.writes, names):
-                if write.entry.kind is EntryKind.SYMLINK:
-                    stager.stage(write, name)
-                else:
-                    assert write.entry.oid is not None
-                    blobs.setdefault(write.entry.oid, []).append((write, name))
-            stager.stage_blobs([(oid, None, writes) for oid, writes in blobs.items()])
+            blobs = stager.by_blob(zip(plan.writes, names))
+            stager.stage_blobs([(oid, None, files) for oid, files in blobs.items()])
     except BaseException:
         remove_staging(staging)
         raise
@@ -109,15 +104,8 @@ def stage_tree(plan: RestorePlan, store: ObjectStore, staging: bytes,
     os.mkdir(staging, 0o700)
     for path in plan.mkdirs:
         os.mkdir(staging + b"/" + path, 0o777)
-    # The files of each blob (in path order, by first path) and the names they are staged as.
-    waiting: dict[ObjectId, list[tuple[FileWrite, bytes]]] = {}
     with _Stager(store, staging, len(plan.writes), progress) as stager:
-        for write in plan.writes:
-            if write.entry.kind is EntryKind.SYMLINK:
-                stager.stage(write, write.path)
-            else:
-                assert write.entry.oid is not None
-                waiting.setdefault(write.entry.oid, []).append((write, write.path))
+        waiting = stager.by_blob((write, write.path) for write in plan.writes)
 
         def ready(arrived: list[Arrived]) -> None:
             stager.stage_blobs([(oid, stored, waiting.pop(oid)) for oid, stored in arrived
@@ -158,6 +146,19 @@ class _Stager:
             self.writer.abandon()
         if kind is None and self.progress is not None and self.total:
             self.progress("restore", self.total, self.total)
+
+    def by_blob(self, files: Iterable[tuple[FileWrite, bytes]]
+                ) -> dict[ObjectId, list[tuple[FileWrite, bytes]]]:
+        """Stage the symlinks of `files` (writes and the names to stage them as) now; the
+        others grouped by blob, in the order of each blob's first file."""
+        blobs: dict[ObjectId, list[tuple[FileWrite, bytes]]] = {}
+        for write, name in files:
+            if write.entry.kind is EntryKind.SYMLINK:
+                self.stage(write, name)
+            else:
+                assert write.entry.oid is not None
+                blobs.setdefault(write.entry.oid, []).append((write, name))
+        return blobs
 
     def stage_blobs(self, blobs: list[Blob]) -> None:
         """Write the files of each blob of `blobs` (an envelope in hand is decoded without

@@ -298,7 +298,6 @@ class RemoteRepo:
             self._sync(again=True)
         store_many = _putter(store)
         requested = set(wanted)
-
         stored_ids: set[ObjectId] = set()  # put by this fetch
 
         def put_many(objects: list[tuple[ObjectId, bytes]]) -> int:
