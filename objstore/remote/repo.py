@@ -52,7 +52,7 @@ from ckpt.objstore.remote.errors import (
     RemoteFormatError,
     RemoteNotFound,
 )
-from ckpt.objstore.remote.index import RemoteIndex
+from ckpt.objstore.remote.index import Location, RemoteIndex
 from ckpt.objstore.remote.locks import HeldLock, LockKind
 from ckpt.objstore.remote.packs import Entry, PackBuilder, Span, iter_records, plan_spans
 from ckpt.objstore.remote.reports import (
@@ -68,6 +68,10 @@ from ckpt.objstore.store import ObjectStore
 # An object a fetch says is readable (`RemoteRepo.fetch`'s `ready`): its id, and the envelope
 # it stored (None for one the store had already).
 Arrived = tuple[ObjectId, bytes | None]
+
+# A fetch's round: ids, and the order to read their packs in (pack id -> rank; unranked
+# packs after, in the order the ids meet them).
+Round = tuple[list[ObjectId], dict[str, int]]
 
 PACK_SIZE = 64 << 20
 # The first pack of an upload closes at this size, each next one at twice the last, up to the
@@ -85,6 +89,7 @@ STORE_BATCH = 4 << 20
 # A fetch reads a pack's ranges in parts of about this many bytes, the next part while the
 # caller stores this one: what it holds does not grow with the pack size.
 FETCH_PART = 16 << 20
+PARTS_AHEAD = 4
 CONNECT_TIMEOUT = 10.0
 HEAD_ATTEMPTS = 16  # If-Match rounds of update_head before it gives up
 _CACHE_ID = "remote-id"
@@ -329,16 +334,17 @@ class RemoteRepo:
                 count += put_many([(oid, waiting.pop(oid)[0]) for oid in ready_ids])
             return count
 
-        rounds = self._refs_first(store, wanted)
-        asked: set[ObjectId] = {oid for batch in rounds for oid in batch}
+        rounds = self._rounds(store, wanted)
+        asked: set[ObjectId] = {oid for batch, _ in rounds for oid in batch}
         put = requests = fetched_bytes = 0
         raised = False
         while rounds:
             later: list[ObjectId] = []
-            packs = self._read_packs(self._by_pack(rounds.popleft()))
+            packs = self._read_packs(self._by_pack(*rounds.popleft()))
             try:
                 for records in packs:
                     storable: list[tuple[ObjectId, bytes]] = []
+                    batched: set[ObjectId] = set()  # storable's ids: stored before what follows
                     held = 0
                     for oid, stored, span_bytes in records:
                         requests += span_bytes > 0
@@ -352,21 +358,23 @@ class RemoteRepo:
                             fresh = [r for r in refs if r not in asked]
                             asked.update(fresh)
                             later += lacking(store, fresh)
-                            if not all(have(r) for r in refs):
+                            if not all(r in batched or have(r) for r in refs):
                                 waiting[oid] = (stored, refs)
                                 continue
                         storable.append((oid, stored))
+                        batched.add(oid)
                         held += len(stored)
                         if held >= STORE_BATCH:
                             put += put_many(storable)
                             storable, held = [], 0
+                            batched.clear()
                     put += put_many(storable)
                     if waiting:
                         put += settle()
             finally:  # on a raise too: the read ahead is waited for, its thread ended
                 packs.close()
             if later:
-                rounds.append(later)
+                rounds.append((later, {}))
         if waiting:  # every reference is stored by now, unless the remote holds a cycle
             oid = next(iter(waiting))
             raise CorruptObject(oid, "its dictionary or delta base never arrives "
@@ -375,44 +383,96 @@ class RemoteRepo:
             store.sync()
         return FetchReport(put, fetched_bytes, requests)
 
-    def _refs_first(self, store: ObjectStore, wanted: list[ObjectId]) -> deque[list[ObjectId]]:
-        """`wanted` as rounds of a fetch, preceded by one round of the dictionaries and bases
-        (at every depth) the remote's refs files say they need and the store lacks, so that
-        most envelopes of `wanted` find their reference stored when they arrive, instead of
-        waiting for it in memory. Within that round a base that arrives before its own base
-        waits until the end of that one's pack; the depths share one round so that the
+    def _rounds(self, store: ObjectStore, wanted: list[ObjectId]) -> deque[Round]:
+        """`wanted` as rounds of a fetch, each ids and the order their packs are to be read
+        in. What the envelopes need (blocks, dictionaries, bases, at every depth, as the
+        remote's refs files say) and the store lacks is read in the same pass as what needs
+        it when it comes first there: earlier in the same pack, or in a pack read before
+        (`_pack_order`), as a block and its members are pushed. The rest, read in a first
+        round of their own, is stored before the envelopes that need it arrive, instead of
+        those waiting for it in memory. Within that round a base that arrives before its own
+        base waits until the end of that one's part; the depths share one round so that the
         fetch makes one pass over the packs for all of them. (An envelope naming one the
         refs files do not is still held back.)"""
-        seen = set(wanted)
         refs = self._index.refs
+        seen = set(wanted)
+        needs: dict[ObjectId, list[ObjectId]] = {}  # what the store lacks -> what needs it
         level = wanted
-        needed: list[ObjectId] = []
         while True:
-            named = {refs[oid] for oid in level if oid in refs} - seen
+            named: dict[ObjectId, list[ObjectId]] = {}
+            for oid in level:
+                ref = refs.get(oid)
+                if ref is not None and ref not in seen:
+                    named.setdefault(ref, []).append(oid)
             level = lacking(store, list(named))
             if not level:
-                return deque([needed, wanted] if needed else [wanted])
+                break
             seen.update(level)
-            needed += level
+            needs.update((ref, named[ref]) for ref in level)
+        if not needs:
+            return deque([(wanted, {})])
+        locations = self._index.locations
+        after: dict[str, set[str]] = defaultdict(set)  # pack -> packs holding what it needs
+        for ref, dependents in needs.items():
+            where = locations.get(ref)
+            if where is not None:
+                for dependent in dependents:
+                    at = locations.get(dependent)
+                    if at is not None and at.packid != where.packid:
+                        after[at.packid].add(where.packid)
+        order = _pack_order(after)
+        main = set(wanted)
+        alongside: list[ObjectId] = []
+        first: list[ObjectId] = []
+        for ref, dependents in needs.items():  # by depth: a dependent is placed already
+            where = locations.get(ref)
+            if where is not None and all(d in main and _comes_first(where, locations.get(d), order)
+                                         for d in dependents):
+                main.add(ref)
+                alongside.append(ref)
+            else:
+                first.append(ref)
+        rounds: deque[Round] = deque([(first, {})] if first else [])
+        rounds.append((wanted + alongside, order))
+        return rounds
 
     def _read_packs(self, groups: dict[str, list[Entry]]
                     ) -> Generator[Iterator[tuple[ObjectId, bytes, int]], None, None]:
         """The records of each pack of `groups` (as `_records` gives them), a part of about
-        FETCH_PART bytes at a time; the next part's ranges are being fetched on a thread
-        while the caller stores this one's, so that two parts are held, not two packs."""
+        FETCH_PART bytes at a time. The next parts' ranges are being fetched on threads while
+        the caller stores this one's: up to FETCH_PART bytes of them and PARTS_AHEAD parts,
+        so that two big parts are held, not two packs, and small scattered ones (a round of
+        delta bases) do not wait for each other's round trips."""
         keys = [(layout.pack_key(packid), part) for packid, entries in groups.items()
                 for part in _parts(entries)]
         if not keys:
             return
-        with ThreadPoolExecutor(1, thread_name_prefix="ckpt-remote-fetch") as pool:
-            ahead = pool.submit(self._get_spans, *keys[0])
-            for i, (key, _entries) in enumerate(keys):
-                spans, parts = ahead.result()
-                if i + 1 < len(keys):
-                    ahead = pool.submit(self._get_spans, *keys[i + 1])
+        with ThreadPoolExecutor(PARTS_AHEAD, thread_name_prefix="ckpt-remote-fetch") as pool:
+            ahead: deque[tuple[str, int, Future[tuple[list[Span], list[bytes]]]]] = deque()
+            queued = held = 0
+
+            def top_up() -> None:
+                nonlocal queued, held
+                while queued < len(keys) and (not ahead or (len(ahead) < PARTS_AHEAD
+                                              and held < FETCH_PART)):
+                    key, entries = keys[queued]
+                    size = sum(length for _, _, length in entries)
+                    ahead.append((key, size, pool.submit(self._get_spans, key, entries)))
+                    queued += 1
+                    held += size
+
+            top_up()
+            while ahead:
+                key, size, fetching = ahead.popleft()
+                held -= size
+                spans, parts = fetching.result()
+                top_up()
                 yield _records(key, spans, parts)
 
-    def _by_pack(self, oids: list[ObjectId]) -> dict[str, list[Entry]]:
+    def _by_pack(self, oids: list[ObjectId], order: dict[str, int]
+                 ) -> dict[str, list[Entry]]:
+        """The entries of `oids` by pack, the packs numbered in `order` first (by it), the
+        others in the order `oids` first meets them."""
         groups: dict[str, list[Entry]] = defaultdict(list)
         for oid in oids:
             where = self._index.locations.get(oid)
@@ -421,7 +481,10 @@ class RemoteRepo:
                     raise RemoteCorrupt(self.url, key, reason)
                 raise RemoteNotFound(self.url, f"object {oid.hex()}", oid)
             groups[where.packid].append((oid, where.offset, where.length))
-        return groups
+        if not order:
+            return groups
+        last = len(order)
+        return dict(sorted(groups.items(), key=lambda group: order.get(group[0], last)))
 
     def _get_spans(self, key: str, entries: list[Entry]) -> tuple[list[Span], list[bytes]]:
         """The ranged GETs that cover `entries` of the pack at `key`, and their bytes."""
@@ -521,6 +584,28 @@ def _records(key: str, spans: list[Span], parts: list[bytes]
         for oid, stored in iter_records(key, span, part):
             yield oid, stored, got
             got = 0
+
+
+def _pack_order(after: dict[str, set[str]]) -> dict[str, int]:
+    """The packs `after` names (pack -> the packs holding what its objects need), numbered
+    so that each comes after those it needs where that is possible (a cycle is broken at
+    the pack met first)."""
+    packs = dict.fromkeys([*after, *(p for needed in after.values() for p in needed)])
+    order: dict[str, int] = {}
+    while len(order) < len(packs):
+        free = [p for p in packs if p not in order and after.get(p, set()).issubset(order)]
+        for packid in free or [next(p for p in packs if p not in order)]:
+            order[packid] = len(order)
+    return order
+
+
+def _comes_first(where: Location, at: Location | None, order: dict[str, int]) -> bool:
+    """Whether a fetch that reads packs by `order` (others last) reads `where` before `at`."""
+    if at is None:
+        return False
+    if where.packid == at.packid:
+        return where.offset < at.offset
+    return order.get(where.packid, len(order)) < order.get(at.packid, len(order))
 
 
 def _parts(entries: list[Entry]) -> list[list[Entry]]:
