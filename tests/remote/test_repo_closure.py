@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from remote_helpers import connect
+from remote_helpers import connect, remote_packs
 from seaweed import Bucket
 
 from ckpt.objstore import ObjectId, ObjectStore, codec
@@ -92,3 +92,82 @@ def test_delta_chains_come_in_one_pass_over_the_packs_whatever_their_order(
     assert fetched.objects == 6 * 4
     assert all(target.get_bytes(oid) == source.get_bytes(oid) for oid in newest)
     assert len(reads) > 6 and max(reads.values()) <= 2, reads
+
+
+def _blocks_store(path: Path, files: int) -> tuple[ObjectStore, list[ObjectId], set[ObjectId]]:
+    """A store of `files` small source-like files put as `put_files` puts a tree's (members of
+    blocks); their ids and their blocks' ids."""
+    store = ObjectStore.init(str(path / "store"))
+    rng = random.Random(37)
+    folder = path / "files"
+    folder.mkdir()
+    for n in range(files):
+        words = [rng.choice((b"int", b"return", b"struct", b"{", b"}", b";\n")) for _ in range(80)]
+        (folder / f"f{n:04d}").write_bytes(b" ".join(words) + b"%d" % n)
+    oids = [result.oid for result in store.put_files(  # type: ignore[union-attr]
+        [str(folder / f"f{n:04d}") for n in range(files)], threads=1)]
+    store.sync()
+    blocks = {codec.member_header(store.backend.get(oid), oid)[0] for oid in oids
+              if store.backend.get(oid)[4] == codec.CODEC_BLOCK}
+    if not blocks:
+        pytest.skip("the store put these files in no block")
+    return store, oids, blocks
+
+
+def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    reads: Counter[str] = Counter()
+    spans = repo_module.RemoteRepo._get_spans
+
+    def counted(self: repo_module.RemoteRepo, key: str, entries: list) -> object:  # type: ignore[type-arg]
+        reads[key] += 1
+        return spans(self, key, entries)
+
+    monkeypatch.setattr(repo_module.RemoteRepo, "_get_spans", counted)
+    return reads
+
+
+def test_blocks_come_in_the_same_pass_as_their_members(
+        s3_bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pushed block precedes its members in their pack: a fetch of the members reads the
+    pack once, its bytes once (not the blocks in a round of their own, then the same ranges
+    again for the members between them)."""
+    source, oids, blocks = _blocks_store(tmp_path / "a", 400)
+    repo = connect(s3_bucket)
+    up = repo.upload(source, oids)
+    assert up.packs == 1 and up.objects == len(oids) + len(blocks)
+    reads = _counting_reads(monkeypatch)
+    target = ObjectStore.init(str(tmp_path / "b"))
+    said: list[ObjectId] = []
+    report = connect(s3_bucket, create=False).fetch(
+        target, oids, ready=lambda batch: said.extend(oid for oid, _ in batch))
+    assert report.objects == len(oids) + len(blocks)
+    assert sorted(said) == sorted(oids)
+    assert list(reads.values()) == [1]
+    assert report.bytes_fetched <= up.bytes_uploaded
+    assert all(target.get_bytes(oid) == source.get_bytes(oid) for oid in oids)
+
+
+def test_a_pack_is_read_after_the_pack_holding_what_it_needs(
+        s3_bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks pushed in one pack and their members in a later one: one pass over the two,
+    the blocks' pack first, whichever order the ids asked for meet them in."""
+    source, oids, blocks = _blocks_store(tmp_path / "a", 400)
+    repo = connect(s3_bucket)
+    assert repo.upload(source, sorted(blocks)).packs == 1
+    assert repo.upload(source, oids).objects == len(oids)  # the blocks are there already
+    order: list[str] = []
+    spans = repo_module.RemoteRepo._get_spans
+
+    def noted(self: repo_module.RemoteRepo, key: str, entries: list) -> object:  # type: ignore[type-arg]
+        order.append(key)
+        return spans(self, key, entries)
+
+    monkeypatch.setattr(repo_module.RemoteRepo, "_get_spans", noted)
+    target = ObjectStore.init(str(tmp_path / "b"))
+    report = connect(s3_bucket, create=False).fetch(target, oids[::-1])
+    assert report.objects == len(oids) + len(blocks)
+    assert len(order) == len(set(order)) == 2, order
+    holding = [key for key, entries in remote_packs(s3_bucket).items()
+               if {oid for oid, _, _ in entries} == blocks]
+    assert f"repo/{order[0]}" == holding[0]
+    assert all(target.get_bytes(oid) == source.get_bytes(oid) for oid in oids)
