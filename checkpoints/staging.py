@@ -82,8 +82,9 @@ def stage_files(plan: RestorePlan, store: ObjectStore, staging: bytes) -> dict[R
     names = [b"%d" % index for index in range(len(plan.writes))]
     try:
         with _Stager(store, staging, len(names), None) as stager:
-            blobs = stager.by_blob(zip(plan.writes, names))
+            blobs, links = stager.by_blob(zip(plan.writes, names))
             stager.stage_blobs([(oid, None, files) for oid, files in blobs.items()])
+            stager.stage_links(links)
     except BaseException:
         remove_staging(staging)
         raise
@@ -102,10 +103,9 @@ def stage_tree(plan: RestorePlan, store: ObjectStore, staging: bytes,
     `fetch_blobs` (a hollow checkpoint's, `Remote.hydrating`) brings the blobs the store
     lacks; each file is written as soon as its blob is readable, in the order they arrive."""
     os.mkdir(staging, 0o700)
-    for path in plan.mkdirs:
-        os.mkdir(staging + b"/" + path, 0o777)
     with _Stager(store, staging, len(plan.writes), progress) as stager:
-        waiting = stager.by_blob((write, write.path) for write in plan.writes)
+        stager.writer.make_dirs(plan.mkdirs)
+        waiting, links = stager.by_blob((write, write.path) for write in plan.writes)
 
         def ready(arrived: list[Arrived]) -> None:
             stager.stage_blobs([(oid, stored, waiting.pop(oid)) for oid, stored in arrived
@@ -117,6 +117,7 @@ def stage_tree(plan: RestorePlan, store: ObjectStore, staging: bytes,
             fetch_blobs(ready)
         # None, unless the fetch skipped some.
         stager.stage_blobs([(oid, None, writes) for oid, writes in waiting.items()])
+        stager.stage_links(links)
 
 
 class _Stager:
@@ -148,17 +149,26 @@ class _Stager:
             self.progress("restore", self.total, self.total)
 
     def by_blob(self, files: Iterable[tuple[FileWrite, bytes]]
-                ) -> dict[ObjectId, list[tuple[FileWrite, bytes]]]:
-        """Stage the symlinks of `files` (writes and the names to stage them as) now; the
-        others grouped by blob, in the order of each blob's first file."""
+                ) -> tuple[dict[ObjectId, list[tuple[FileWrite, bytes]]],
+                           list[tuple[FileWrite, bytes]]]:
+        """The files of `files` (writes and the names to stage them as) grouped by blob, in
+        the order of each blob's first file; and the symlinks."""
         blobs: dict[ObjectId, list[tuple[FileWrite, bytes]]] = {}
+        links: list[tuple[FileWrite, bytes]] = []
         for write, name in files:
             if write.entry.kind is EntryKind.SYMLINK:
-                self.stage(write, name)
+                links.append((write, name))
             else:
                 assert write.entry.oid is not None
                 blobs.setdefault(write.entry.oid, []).append((write, name))
-        return blobs
+        return blobs, links
+
+    def stage_links(self, links: list[tuple[FileWrite, bytes]]) -> None:
+        """Make the symlinks of `links`, once the directories they are in exist."""
+        if links:
+            self.writer.dirs_made()
+        for write, name in links:
+            self.stage(write, name)
 
     def stage_blobs(self, blobs: list[Blob]) -> None:
         """Write the files of each blob of `blobs` (an envelope in hand is decoded without
@@ -198,6 +208,7 @@ class _Stager:
                         content = self.store.get_bytes(entry.oid)
                     writer.add((name, content, mode, exact))
                 else:
+                    writer.dirs_made()
                     _stream(self.store, entry.oid, writer.dir_fd, name, mode, exact, self.stamp)
         except OSError as exc:
             if exc.filename not in (None, name):
@@ -230,6 +241,17 @@ def write_new(dir_fd: int, new: NewFile, stamp: int) -> None:
         os.close(fd)
 
 
+def _make_dirs(staging: bytes, dir_fd: int, paths: list[bytes]) -> tuple[int, int] | None:
+    """Make `paths` in `dir_fd`; None (as from `write_files`: nothing failed) or OSError
+    naming the directory."""
+    for path in paths:
+        try:
+            os.mkdir(path, 0o777, dir_fd=dir_fd)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, os.fsdecode(staging + b"/" + path)) from exc
+    return None
+
+
 def _stream(store: ObjectStore, oid: ObjectId, dir_fd: int, name: bytes, mode: int,
             exact: bool, stamp: int) -> None:
     fd = create_new(dir_fd, name, mode)
@@ -255,6 +277,23 @@ class _Writer:
         self._pool = (None if _native_write_files is None
                       else ThreadPoolExecutor(1, thread_name_prefix="ckpt-staging"))
         self._writing: deque[tuple[list[NewFile], Future[tuple[int, int] | None]]] = deque()
+        self._dirs: Future[tuple[int, int] | None] | None = None
+
+    def make_dirs(self, paths: Iterable[bytes]) -> None:
+        """Make the directories `paths` (relative to the staging directory, each after its
+        parent) before any file handed over after this is written: on the writer thread, so
+        that the directories of a big tree are made while the caller reads its first
+        contents."""
+        if self._pool is None:
+            _make_dirs(self.staging, self.dir_fd, list(paths))
+            return
+        self._dirs = self._pool.submit(_make_dirs, self.staging, self.dir_fd, list(paths))
+        self._writing.append(([], self._dirs))
+
+    def dirs_made(self) -> None:
+        """Wait until the directories of `make_dirs` are made (what failed raised)."""
+        if self._dirs is not None:
+            self._dirs.result()
 
     def add(self, new: NewFile) -> None:
         if self._pool is None:
