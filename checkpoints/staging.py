@@ -155,12 +155,19 @@ class _Stager:
         the order of each blob's first file; and the symlinks."""
         blobs: dict[ObjectId, list[tuple[FileWrite, bytes]]] = {}
         links: list[tuple[FileWrite, bytes]] = []
-        for write, name in files:
-            if write.entry.kind is EntryKind.SYMLINK:
-                links.append((write, name))
+        symlink = EntryKind.SYMLINK
+        for file in files:
+            entry = file[0].entry
+            if entry.kind is symlink:
+                links.append(file)
             else:
-                assert write.entry.oid is not None
-                blobs.setdefault(write.entry.oid, []).append((write, name))
+                oid = entry.oid
+                assert oid is not None
+                same = blobs.get(oid)
+                if same is None:
+                    blobs[oid] = [file]
+                else:
+                    same.append(file)
         return blobs, links
 
     def stage_links(self, links: list[tuple[FileWrite, bytes]]) -> None:

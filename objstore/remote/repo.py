@@ -299,7 +299,8 @@ class RemoteRepo:
         if not wanted:
             return FetchReport(0, 0, 0)
         self._sync()
-        if any(oid not in self._index.locations for oid in wanted):
+        locations = self._index.locations  # a property that builds the table: looked up once
+        if any(oid not in locations for oid in wanted):
             self._sync(again=True)
         store_many = _putter(store)
         requested = set(wanted)
@@ -413,21 +414,34 @@ class RemoteRepo:
             return deque([(wanted, {})])
         locations = self._index.locations
         after: dict[str, set[str]] = defaultdict(set)  # pack -> packs holding what it needs
+        # ref -> where it is, the first offset of what needs it in its own pack (None: all in
+        # others), the other packs that hold what needs it; nothing for one not located
+        places: dict[ObjectId, tuple[Location, int | None, set[str]]] = {}
         for ref, dependents in needs.items():
             where = locations.get(ref)
-            if where is not None:
-                for dependent in dependents:
-                    at = locations.get(dependent)
-                    if at is not None and at.packid != where.packid:
-                        after[at.packid].add(where.packid)
+            if where is None:
+                continue
+            nearest: int | None = None
+            others: set[str] = set()
+            for dependent in dependents:
+                at = locations.get(dependent)
+                if at is None:
+                    break
+                if at.packid != where.packid:
+                    others.add(at.packid)
+                elif nearest is None or at.offset < nearest:
+                    nearest = at.offset
+            else:
+                for packid in others:
+                    after[packid].add(where.packid)
+                places[ref] = (where, nearest, others)
         order = _pack_order(after)
         main = set(wanted)
         alongside: list[ObjectId] = []
         first: list[ObjectId] = []
         for ref, dependents in needs.items():  # by depth: a dependent is placed already
-            where = locations.get(ref)
-            if where is not None and all(d in main and _comes_first(where, locations.get(d), order)
-                                         for d in dependents):
+            place = places.get(ref)
+            if place is not None and main.issuperset(dependents) and _comes_first(*place, order):
                 main.add(ref)
                 alongside.append(ref)
             else:
@@ -474,8 +488,9 @@ class RemoteRepo:
         """The entries of `oids` by pack, the packs numbered in `order` first (by it), the
         others in the order `oids` first meets them."""
         groups: dict[str, list[Entry]] = defaultdict(list)
+        locations = self._index.locations
         for oid in oids:
-            where = self._index.locations.get(oid)
+            where = locations.get(oid)
             if where is None:
                 for key, reason in self._index.damaged.items():
                     raise RemoteCorrupt(self.url, key, reason)
@@ -599,13 +614,15 @@ def _pack_order(after: dict[str, set[str]]) -> dict[str, int]:
     return order
 
 
-def _comes_first(where: Location, at: Location | None, order: dict[str, int]) -> bool:
-    """Whether a fetch that reads packs by `order` (others last) reads `where` before `at`."""
-    if at is None:
+def _comes_first(where: Location, nearest: int | None, others: set[str],
+                 order: dict[str, int]) -> bool:
+    """Whether a fetch that reads packs by `order` (others last) reads `where` before what
+    needs it: before offset `nearest` of its own pack, and before the packs `others`."""
+    if nearest is not None and nearest < where.offset:
         return False
-    if where.packid == at.packid:
-        return where.offset < at.offset
-    return order.get(where.packid, len(order)) < order.get(at.packid, len(order))
+    last = len(order)
+    rank = order.get(where.packid, last)
+    return all(rank < order.get(packid, last) for packid in others)
 
 
 def _parts(entries: list[Entry]) -> list[list[Entry]]:

@@ -171,3 +171,10 @@ def test_a_pack_is_read_after_the_pack_holding_what_it_needs(
                if {oid for oid, _, _ in entries} == blocks]
     assert f"repo/{order[0]}" == holding[0]
     assert all(target.get_bytes(oid) == source.get_bytes(oid) for oid in oids)
+
+
+def test_packs_are_ranked_after_what_they_need_and_a_cycle_is_broken() -> None:
+    order = repo_module._pack_order({"b": {"a"}, "c": {"b"}, "d": {"c", "a"}})
+    assert sorted(order, key=order.get) == ["a", "b", "c", "d"]
+    cycle = repo_module._pack_order({"x": {"y"}, "y": {"x"}, "z": {"x"}})
+    assert sorted(cycle.values()) == [0, 1, 2] and cycle["z"] > cycle["x"]
