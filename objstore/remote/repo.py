@@ -16,14 +16,16 @@ Upload, resumable by construction:
 Fetch:
     for each wanted id the store lacks (one listing of the store's ids for many): locate it
     by the index, group by pack, coalesce neighbouring records into ranged GETs, a part of
-    a pack (FETCH_PART) at a time (the next part's GETs run while this one's records are
+    a pack (FETCH_PART) at a time (the next parts' GETs run while this one's records are
     stored, in batches of STORE_BATCH); check each record's framing (crc) and envelope
     header, then store the envelope as it came: every read of the store decodes
     and hashes it anyway, so it is not decoded twice. The dictionaries/bases/blocks the refs
-    files say the wanted ids need, at every depth, come first in one round; one an envelope
-    names that is not stored yet is fetched in the next round; either way an envelope waits
-    in memory until what it names is stored, so a kill never leaves a stored object whose
-    reference is missing
+    files say the wanted ids need, at every depth, are read in the same pass when they come
+    first there (earlier in their pack, or in a pack ranked before: a block precedes its
+    members as a push lays them out), the rest in a first round of their own; one an
+    envelope names that is not stored yet is fetched in the next round; either way an
+    envelope is stored after what it names (in the same batch or a later one), so a kill
+    never leaves a stored object whose reference is missing
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Literal
+from typing import Literal, cast
 
 from ckpt.objstore import codec
 from ckpt.objstore.backend import BulkBackend
@@ -90,6 +93,8 @@ STORE_BATCH = 4 << 20
 # caller stores this one: what it holds does not grow with the pack size.
 FETCH_PART = 16 << 20
 PARTS_AHEAD = 4
+# What the last small GETs brought stays in memory up to this size (`_Recent`).
+RECENT_BYTES = 16 << 20
 CONNECT_TIMEOUT = 10.0
 HEAD_ATTEMPTS = 16  # If-Match rounds of update_head before it gives up
 _CACHE_ID = "remote-id"
@@ -107,6 +112,7 @@ class RemoteRepo:
         self.pack_size = pack_size
         self._transport = transport
         self._index = RemoteIndex(cache_dir)
+        self._recent = _Recent()
         self._clock = clock
         self._held: list[LockKind] = []
         # Whether the index table is the remote's as of this lock hold: while a lock is held
@@ -163,6 +169,8 @@ class RemoteRepo:
             yield
         finally:
             self._held.remove(kind)
+            if not self._held:
+                self._recent.clear()
             try:
                 held.release()
             except RemoteError:
@@ -502,13 +510,21 @@ class RemoteRepo:
         return dict(sorted(groups.items(), key=lambda group: order.get(group[0], last)))
 
     def _get_spans(self, key: str, entries: list[Entry]) -> tuple[list[Span], list[bytes]]:
-        """The ranged GETs that cover `entries` of the pack at `key`, and their bytes."""
+        """The ranged GETs that cover `entries` of the pack at `key`, and their bytes: from
+        what a GET brought lately where it covers a span (`_Recent`), else fetched."""
         spans = plan_spans(entries)
-        try:
-            parts = self._transport.get_ranges(key, [(s.start, s.length) for s in spans])
-        except RemoteNotFound:
-            raise RemoteCorrupt(self.url, key, "missing, though an index names it") from None
-        return spans, parts
+        parts = [self._recent.get(key, s.start, s.length) for s in spans]
+        todo = [i for i, part in enumerate(parts) if part is None]
+        if todo:
+            try:
+                got = self._transport.get_ranges(
+                    key, [(spans[i].start, spans[i].length) for i in todo])
+            except RemoteNotFound:
+                raise RemoteCorrupt(self.url, key, "missing, though an index names it") from None
+            for i, data in zip(todo, got):
+                parts[i] = data
+                self._recent.keep(key, spans[i].start, data)
+        return spans, cast(list[bytes], parts)
 
     # -- records and heads ---------------------------------------------------------------
 
@@ -588,6 +604,40 @@ class RemoteRepo:
         self._sync(again=True)
         return collect_remote(self._transport, self._index, live, grace_seconds=grace_seconds,
                               now=self._clock(), send_pack=self._send_pack)
+
+
+class _Recent:
+    """The bytes of the last small ranged GETs (RECENT_BYTES at most, none bigger than half
+    of it), to serve a later fetch's span they cover: a tree walk's levels lie in one
+    stretch of a pack, which the coalesced GET of one level covers whole. A pack's bytes
+    never change (its id is their hash). Shared by a fetch's GET threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: dict[str, list[tuple[int, bytes]]] = {}
+        self._size = 0
+
+    def get(self, key: str, start: int, length: int) -> bytes | None:
+        with self._lock:
+            for at, data in self._kept.get(key, ()):
+                if at <= start and start + length <= at + len(data):
+                    return data[start - at:start - at + length]
+        return None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+            self._size = 0
+
+    def keep(self, key: str, start: int, data: bytes) -> None:
+        if len(data) > RECENT_BYTES // 2:
+            return
+        with self._lock:
+            if self._size + len(data) > RECENT_BYTES:
+                self._kept.clear()  # all at once: a walk's stretch is read again at worst
+                self._size = 0
+            self._kept.setdefault(key, []).append((start, data))
+            self._size += len(data)
 
 
 def _records(key: str, spans: list[Span], parts: list[bytes]

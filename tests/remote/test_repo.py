@@ -281,3 +281,36 @@ def test_parse_remote_url_refuses_an_endpoint_with_a_path() -> None:
     with pytest.raises(ValueError, match="endpoint"):
         parse_remote_url("s3://bucket-1", endpoint="ftp://127.0.0.1")
 
+
+
+def test_a_walk_of_levels_reads_a_stretch_it_fetched_from_memory(
+        s3_bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fetches one after another of objects in one stretch of a pack (a tree walk's levels)
+    GET it once; what a lock hold kept is gone after it, and a big GET is not kept."""
+    source, oids = seeded_store(tmp_path / "a", 240, seed=9)
+    assert connect(s3_bucket).upload(source, oids).packs == 1
+    gets: list[int] = []
+    get_ranges = repo_module.S3Transport.get_ranges
+
+    def counted(self: object, key: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+        gets.append(len(ranges))
+        return get_ranges(self, key, ranges)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(repo_module.S3Transport, "get_ranges", counted)
+    repo = connect(s3_bucket, create=False)
+    target = ObjectStore.init(str(tmp_path / "b"))
+    with repo.lock("shared"):
+        for level in (oids[::3], oids[1::3], oids[2::3]):
+            repo.fetch(target, level)
+    assert len(gets) == 1, gets
+    assert all(target.get_bytes(oid) == source.get_bytes(oid) for oid in oids)
+
+    again = ObjectStore.init(str(tmp_path / "c"))
+    with repo.lock("shared"):
+        repo.fetch(again, oids[:5])
+    assert len(gets) == 2  # a new hold GETs again
+    monkeypatch.setattr(repo_module, "RECENT_BYTES", 64)
+    with repo.lock("shared"):
+        repo.fetch(again, oids[5:10])
+        repo.fetch(again, oids[10:15])
+    assert len(gets) == 4  # too big to keep
