@@ -14,6 +14,10 @@ are handed over and not yet written, and one is being filled, which bounds the m
 A content over `WHOLE_CONTENT` is streamed from the store on the caller's thread instead.
 Without the native extension each file is written on the caller's thread as it is decoded.
 
+A new tree's directories are the writer's first task (`_Writer.make_dirs`), made while the
+caller asks for the first contents; what the caller writes itself (symlinks, streamed
+contents) waits for them.
+
 A name with a slash (`stage_tree`) is opened relative to the staging directory's descriptor;
 no component of it but the last could be a symlink unless its owner put one there.
 
