@@ -9,8 +9,10 @@
  *
  * `write_files(dir_fd, items, stamp_ns)` creates, fills and dates a batch of new files in one
  * directory without the GIL, so that a restore's staging writes one batch on a thread while
- * the caller decodes and verifies the next: the kernel's file creation and the store's
- * decompression then run on both cores.
+ * the caller decodes the next: the kernel's file creation and the store's decompression then
+ * run on both cores. A file given its id is first hashed (BLAKE3, the vendored C code in
+ * blake3/) and written only if the hash is the id: the verification the store owes every
+ * read, done here so that it leaves the caller's thread too.
  *
  * `empty_dir(path)` unlinks every entry of a flat directory that is not a directory, then
  * removes the directory, all without the GIL, so that a thread can free what a restore
@@ -27,12 +29,16 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/syscall.h>
 #endif
+
+#include "blake3.h"
 
 #ifndef RENAME_EXCHANGE
 #define RENAME_EXCHANGE (1 << 1)
@@ -91,16 +97,30 @@ static PyObject *empty_dir(PyObject *self, PyObject *args) {
     return PyLong_FromLong(err);
 }
 
-/* One file of a batch: its name in the directory, its content, the mode it is created with
- * and whether that mode is then set exactly (the umask may have taken bits away). */
+/* One file of a batch: its name in the directory, its content, the mode it is created with,
+ * whether that mode is then set exactly (the umask may have taken bits away), and the id
+ * its content must hash to (when `check`). */
 typedef struct {
     const char *name;
     Py_buffer data;
     mode_t mode;
     int exact;
+    int check;
+    uint8_t oid[BLAKE3_OUT_LEN];
 } NewFile;
 
+/* What write_one returns for a content that does not hash to its id (errno values are > 0). */
+#define NOT_ITS_ID (-1)
+
 static int write_one(int dir_fd, const NewFile *f, const struct timespec times[2]) {
+    if (f->check) {
+        blake3_hasher hasher;
+        uint8_t digest[BLAKE3_OUT_LEN];
+        blake3_hasher_init(&hasher);
+        blake3_hasher_update(&hasher, f->data.buf, (size_t)f->data.len);
+        blake3_hasher_finalize(&hasher, digest, BLAKE3_OUT_LEN);
+        if (memcmp(digest, f->oid, BLAKE3_OUT_LEN) != 0) return NOT_ITS_ID;
+    }
     int fd = openat(dir_fd, f->name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
                     f->mode);
     if (fd < 0) return errno;
@@ -131,12 +151,26 @@ static PyObject *write_files(PyObject *self, PyObject *args) {
     NewFile *files = PyMem_Calloc(count ? (size_t)count : 1, sizeof(NewFile));
     if (files == NULL) return PyErr_NoMemory();
     PyObject *result = NULL;
-    for (; ready < count; ready++) {
+    while (ready < count) {
         NewFile *f = &files[ready];
         PyObject *item = PyList_GET_ITEM(items, ready);
         unsigned int mode;
-        if (!PyArg_ParseTuple(item, "yy*Ip", &f->name, &f->data, &mode, &f->exact)) goto done;
+        const char *oid = NULL;
+        Py_ssize_t oid_len = 0;
+        if (!PyArg_ParseTuple(item, "yy*Ipz#", &f->name, &f->data, &mode, &f->exact, &oid,
+                              &oid_len)) {
+            goto done;
+        }
+        ready++;  /* its buffer is held: released below */
         f->mode = (mode_t)mode;
+        if (oid != NULL) {
+            if (oid_len != BLAKE3_OUT_LEN) {
+                PyErr_SetString(PyExc_ValueError, "an id is 32 bytes");
+                goto done;
+            }
+            memcpy(f->oid, oid, BLAKE3_OUT_LEN);
+            f->check = 1;
+        }
     }
     Py_ssize_t failed = -1;
     int err = 0;
@@ -171,13 +205,15 @@ static PyMethodDef methods[] = {
      "`dst_dir_fd`) atomically; both must exist. OSError as renameat2 reports it (EINVAL or\n"
      "ENOSYS where the file system or the system cannot exchange)."},
     {"write_files", write_files, METH_VARARGS,
-     "write_files(dir_fd: int, items: list[tuple[bytes, Buffer, int, bool]], stamp_ns: int)\n"
-     "    -> tuple[int, int] | None\n"
-     "For each (name, content, mode, exact) in order, without the GIL: create `name` in\n"
-     "`dir_fd` (O_EXCL, no symlink followed) with `mode` (less the umask), write `content`,\n"
-     "set `mode` exactly if `exact`, and date it `stamp_ns` (access and modification). None\n"
-     "when every file was written, else (index, errno) of the first that failed: the files\n"
-     "before it are complete, that one may exist partly written, the rest were not begun."},
+     "write_files(dir_fd: int, items: list[tuple[bytes, Buffer, int, bool, bytes | None]],\n"
+     "            stamp_ns: int) -> tuple[int, int] | None\n"
+     "For each (name, content, mode, exact, oid) in order, without the GIL: if `oid` is given,\n"
+     "hash `content` (BLAKE3) and stop unless it is `oid`; create `name` in `dir_fd` (O_EXCL,\n"
+     "no symlink followed) with `mode` (less the umask), write `content`, set `mode` exactly\n"
+     "if `exact`, and date it `stamp_ns` (access and modification). None when every file was\n"
+     "written, else (index, errno) of the first that failed, errno -1 for a content that is\n"
+     "not its id (its file not created): the files before it are complete, that one may\n"
+     "exist partly written, the rest were not begun."},
     {"empty_dir", empty_dir, METH_VARARGS,
      "empty_dir(path: bytes) -> int\n"
      "Unlink every entry of `path` that is not a directory, then remove `path`, without the\n"

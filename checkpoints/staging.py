@@ -45,7 +45,7 @@ from ckpt.checkpoints.restore import (
     restored_mode,
 )
 from ckpt.checkpoints.scan import ProgressFn
-from ckpt.objstore import EntryKind, ObjectId, ObjectStore
+from ckpt.objstore import CorruptObject, EntryKind, ObjectId, ObjectStore, hash_bytes
 from ckpt.objstore.native import load_native
 
 if TYPE_CHECKING:
@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 _fsops = load_native("ckpt.checkpoints._fsops")
 _native_write_files = None if _fsops is None else _fsops.write_files
 
+# What `write_files` says of a content that does not hash to its id (errno values are > 0).
+_NOT_ITS_ID = -1
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 # Contents up to this size are decoded whole into memory and handed to the writer; a larger
 # one is streamed, so that memory stays bounded by the batches whatever the file sizes.
@@ -67,7 +69,9 @@ BATCH_BYTES = 4 << 20
 # the other when one batch costs more than the next (large files, a slow fetch).
 WRITING_BATCHES = 3
 
-NewFile = tuple[bytes, bytes, int, bool]  # name, content, mode, set the mode exactly
+# name, content, mode, set the mode exactly, the id to verify the content against before it
+# is written (None: verified already)
+NewFile = tuple[bytes, bytes, int, bool, ObjectId | None]
 # A blob to stage: its id, its envelope if the caller has it (a fetch's), and its files with
 # the names they are staged as.
 Blob = tuple[ObjectId, bytes | None, list[tuple[FileWrite, bytes]]]
@@ -194,14 +198,20 @@ class _Stager:
             else:
                 for write, name in files:
                     self.stage(write, name)
-        with closing(self.store.get_many((oid, stored) for oid, stored, _ in whole)) as contents:
-            for (_, _, files), content in zip(whole, contents, strict=True):
+        # The native writer verifies what it writes (without the GIL), so this thread does not.
+        verify = not self.writer.verifies
+        with closing(self.store.get_many(((oid, stored) for oid, stored, _ in whole),
+                                         verify=verify)) as contents:
+            for (oid, _, files), content in zip(whole, contents, strict=True):
+                unverified = None if verify else oid
                 for write, name in files:
-                    self.stage(write, name, content)
+                    self.stage(write, name, content, unverified)
 
-    def stage(self, write: FileWrite, name: bytes, content: bytes | None = None) -> None:
+    def stage(self, write: FileWrite, name: bytes, content: bytes | None = None,
+              unverified: ObjectId | None = None) -> None:
         """Write `write`'s file or symlink as `name` (relative to the staging directory);
-        `content`: the file's, if the caller has decoded it already."""
+        `content`: the file's, if the caller has decoded it already; `unverified`: its id, if
+        the writer is to verify it (`_Writer.verifies`) before writing."""
         writer = self.writer
         try:
             entry = write.entry
@@ -217,7 +227,7 @@ class _Stager:
                 if content is not None or entry.size <= WHOLE_CONTENT:
                     if content is None:
                         content = self.store.get_bytes(entry.oid)
-                    writer.add((name, content, mode, exact))
+                    writer.add((name, content, mode, exact, unverified))
                 else:
                     writer.dirs_made()
                     _stream(self.store, entry.oid, writer.dir_fd, name, mode, exact, self.stamp)
@@ -239,7 +249,9 @@ def create_new(dir_fd: int, name: bytes, mode: int) -> int:
 
 def write_new(dir_fd: int, new: NewFile, stamp: int) -> None:
     """Create and fill one staged file on the caller's thread (as `write_files` does)."""
-    name, data, mode, exact = new
+    name, data, mode, exact, oid = new
+    if oid is not None and hash_bytes(data) != oid:
+        raise CorruptObject(oid, "content does not match its id")
     fd = create_new(dir_fd, name, mode)
     try:
         view = memoryview(data)
@@ -289,6 +301,8 @@ class _Writer:
                       else ThreadPoolExecutor(1, thread_name_prefix="ckpt-staging"))
         self._writing: deque[tuple[list[NewFile], Future[tuple[int, int] | None]]] = deque()
         self._dirs: Future[tuple[int, int] | None] | None = None
+        # Whether `add` verifies a content given with its id (the native writer hashes it).
+        self.verifies = self._pool is not None
 
     def make_dirs(self, paths: Iterable[bytes]) -> None:
         """Make the directories `paths` (relative to the staging directory, each after its
@@ -331,6 +345,9 @@ class _Writer:
         failed = done.result()
         if failed is not None:
             index, err = failed
+            oid = batch[index][4]
+            if err == _NOT_ITS_ID and oid is not None:
+                raise CorruptObject(oid, "content does not match its id")
             path = self.staging + b"/" + batch[index][0]
             raise OSError(err, os.strerror(err), os.fsdecode(path))
 

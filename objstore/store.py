@@ -349,17 +349,20 @@ class ObjectStore:
         """The verified content of `oid` (in memory: for trees and ordinary files)."""
         return self.get_bytes_from(oid, self.backend.get(oid))
 
-    def get_many(self, items: Iterable[tuple[ObjectId, bytes | None]]
+    def get_many(self, items: Iterable[tuple[ObjectId, bytes | None]], *, verify: bool = True
                  ) -> Generator[bytes, None, None]:
         """`get_bytes` of each object of `items` in order: an id and its envelope if the caller
         has it (a fetch's), else None (read from the store). For a caller that reads many
         objects in a row (a restore): the blocks their members name are decompressed ahead on
-        a thread (`blocks.read_ahead`). Each content is verified by its hash."""
+        a thread (`blocks.read_ahead`). Each content is verified by its hash, unless `verify`
+        is False: then the caller hashes each before it uses it (a restore's staging does, on
+        its writer thread, before it writes the file)."""
         backend = self.backend
         envelopes = ((oid, backend.get(oid) if stored is None else stored)
                      for oid, stored in items)
         for oid, stored in blocks.read_ahead(backend, self._blocks, envelopes):
-            yield self.get_bytes_from(oid, stored)
+            data = codec.decode_object(stored, oid, refs=self)
+            yield self._verified(oid, data) if verify else data
 
     def get_bytes_from(self, oid: ObjectId, stored: bytes) -> bytes:
         """`get_bytes` of `oid` from its envelope `stored`, which the caller has read or

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import random
+import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from ckpt.checkpoints.errors import CheckpointError
 from ckpt.checkpoints.plan import plan_restore
 from ckpt.checkpoints.restoring import RestoreOptions
 from ckpt.checkpoints.service import Checkpoints
+from ckpt.objstore import CorruptObject, ObjectId, ObjectStore, hash_bytes
 from ckpt.objstore.errors import ObjstoreError
 
 
@@ -108,3 +111,66 @@ def test_a_failed_write_names_the_staged_file_and_removes_staging(
     assert caught.value.filename == os.fsdecode(where + b"/" + taken)
     assert os.listdir(where) == [taken]  # staged files gone; a directory stays
 
+
+
+_BOUNDARIES = [0, 1, 63, 64, 65, 1023, 1024, 1025, 2047, 2048, 4097, 16_384, 65_537, 300_000]
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.sampled_from(_BOUNDARIES) | st.integers(0, 20_000), seed=st.integers(0, 2**16),
+       flip=st.booleans())
+def test_the_native_writer_writes_a_content_only_under_its_own_id(
+        size: int, seed: int, flip: bool) -> None:
+    """`write_files` hashes a content given with its id (BLAKE3, its own C code) and creates
+    the file only when the hash is the id: the same digests as the `blake3` package, at the
+    sizes around BLAKE3's chunk and block boundaries."""
+    if staging._native_write_files is None:
+        pytest.skip("the native extension is not built")
+    rng = random.Random(seed)
+    data = rng.randbytes(size)
+    oid = hash_bytes(data)
+    if flip and size:
+        at = rng.randrange(size)
+        data = data[:at] + bytes([data[at] ^ 1 << rng.randrange(8)]) + data[at + 1:]
+    with tempfile.TemporaryDirectory() as where:
+        fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            failed = staging._native_write_files(
+                fd, [(b"ok", b"before", 0o644, False, None), (b"f", data, 0o644, False, oid)],
+                0)
+        finally:
+            os.close(fd)
+        if flip and size:
+            assert failed == (1, staging._NOT_ITS_ID)
+            assert os.listdir(where) == ["ok"]  # never created, let alone written
+        else:
+            assert failed is None
+            assert Path(where, "f").read_bytes() == data
+
+
+def test_a_content_that_is_not_its_id_is_caught_before_it_is_written(
+        ws: Path, cp: Checkpoints, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """With the native writer the staging thread does not hash what it decodes: the writer
+    does, and a content that decoded wrong is CorruptObject naming it, its file never made."""
+    if staging._native_write_files is None:
+        pytest.skip("the native extension is not built")
+    _fill(ws, random.Random(5), 20)
+    record = cp.create()
+    objects = cp._ws.objects
+    plan = plan_restore(objects.get_tree, None, record.tree, scope="tree")
+    victim = next(w for w in plan.writes
+                  if w.entry.oid is not None and 0 < w.entry.size <= staging.WHOLE_CONTENT)
+    real = ObjectStore.get_many
+
+    def tampered(self: ObjectStore, items: Iterable[tuple[ObjectId, bytes | None]], *,
+                 verify: bool = True) -> Iterator[bytes]:
+        items = list(items)
+        for (oid, _), content in zip(items, real(self, items, verify=verify), strict=True):
+            yield content + b"!" if oid == victim.entry.oid else content
+
+    monkeypatch.setattr(ObjectStore, "get_many", tampered)
+    where = os.fsencode(tmp_path / "staging")
+    with pytest.raises(CorruptObject) as caught:
+        staging.stage_tree(plan, objects, where, None)
+    assert caught.value.oid == victim.entry.oid
+    assert not os.path.lexists(where + b"/" + victim.path)
