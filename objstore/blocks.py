@@ -51,10 +51,15 @@ MIN_BLOCK_LEVEL = 3
 MIN_PLAIN_LEVEL = 3
 # Decompressed blocks kept for reads (a whole-tree restore reads in path order, block order).
 CACHE_BYTES = 8 << 20
-# A read ahead (`read_ahead`) decompresses this many blocks beyond the one being read, and
-# holds at most this many bytes of envelopes read ahead of its caller.
-AHEAD = 2
+# A read ahead (`read_ahead`) decompresses this many blocks beyond the one being read, on
+# this many threads (zstd runs without the GIL: while the caller is busy with one block's
+# members, or waits for its writer, the next blocks are being decompressed), and holds at
+# most this many bytes of envelopes read ahead of its caller.
+AHEAD = 6
+AHEAD_THREADS = 2
 AHEAD_BYTES = 16 << 20
+# Blocks `read_ahead` keeps its load of for members that come back to them.
+RECENT_BLOCKS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,44 +171,56 @@ def _content(backend: Backend, block: ObjectId, end: int, oid: ObjectId | None, 
 def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[ObjectId, bytes]]
                ) -> Iterator[tuple[ObjectId, bytes]]:
     """`items` (ids and their envelopes) again, in order, for a caller that decodes them all
-    (a restore). Meanwhile a thread of its own decompresses each block their members name,
-    whole, up to `AHEAD` blocks before the first of those members is given back, which then
-    finds its block in `cache`: zstd runs outside the GIL, so the caller's decoding, hashing
-    and writing of one block's members overlap the next block's decompression. At most
-    `AHEAD_BYTES` of envelopes are read ahead of the caller. A block the thread cannot read
-    is left to the member's own read, which names the member and the damage."""
+    (a restore). Meanwhile threads of its own (`AHEAD_THREADS`) decompress each block their
+    members name, whole, up to `AHEAD` blocks before the first of those members is given
+    back, which then finds its block in `cache`: zstd runs outside the GIL, so the caller's
+    decoding, hashing and writing of one block's members overlap the next blocks'
+    decompression. At most `AHEAD_BYTES` of envelopes are read ahead of the caller. A block
+    the threads cannot read is left to the member's own read, which names the member and
+    the damage."""
     source = iter(items)
-    pending: deque[tuple[ObjectId, bytes, ObjectId | None]] = deque()
-    loading: dict[ObjectId, Future[bytes | None]] = {}
-    seen: set[ObjectId] = set()
+    pending: deque[tuple[ObjectId, bytes, ObjectId | None, Future[bytes | None] | None]] = deque()
+    # The blocks asked for lately: a member whose block was loaded a few blocks ago (members
+    # pushed apart from their block arrive out of block order) uses that load again instead
+    # of decompressing the block on the caller's thread once the cache has dropped it.
+    recent: OrderedDict[ObjectId, Future[bytes | None]] = OrderedDict()
+    unused: set[ObjectId] = set()  # blocks asked for that no member given back has used yet
     held = 0
     exhausted = False
-    with ThreadPoolExecutor(1, thread_name_prefix="ckpt-blocks") as pool:
+    with ThreadPoolExecutor(AHEAD_THREADS, thread_name_prefix="ckpt-blocks") as pool:
         try:
             while True:
-                while not exhausted and len(loading) <= AHEAD and held < AHEAD_BYTES:
+                while not exhausted and len(unused) <= AHEAD and held < AHEAD_BYTES:
                     item = next(source, None)
                     if item is None:
                         exhausted = True
                         break
                     oid, stored = item
                     block = _block_of(oid, stored)
-                    if block is not None and block not in seen:
-                        seen.add(block)
-                        loading[block] = pool.submit(_whole_or_none, backend, block)
-                    pending.append((oid, stored, block))
+                    future = None
+                    if block is not None:
+                        future = recent.get(block)
+                        if future is None:
+                            future = recent[block] = pool.submit(_whole_or_none, backend, block)
+                            unused.add(block)
+                            if len(recent) > RECENT_BLOCKS:
+                                recent.popitem(last=False)
+                        else:
+                            recent.move_to_end(block)
+                    pending.append((oid, stored, block, future))
                     held += len(stored)
                 if not pending:
                     return
-                oid, stored, block = pending.popleft()
+                oid, stored, block, future = pending.popleft()
                 held -= len(stored)
-                if block is not None and block in loading:
-                    content = loading.pop(block).result()
+                if block is not None and future is not None:
+                    unused.discard(block)
+                    content = future.result()
                     if content is not None:
-                        cache.put(block, content)
+                        cache.put(block, content)  # each time: the cache may have dropped it
                 yield oid, stored
         finally:
-            for future in loading.values():
+            for future in recent.values():
                 future.cancel()
 
 

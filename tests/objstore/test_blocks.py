@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -320,3 +321,33 @@ def test_a_young_member_keeps_its_old_block(tmp_path: Path) -> None:
     collect_garbage(store, [], grace_seconds=3600, now=time.time())
     assert store.has(block) and all(store.has(oid) for oid in members)
     store.close()
+
+
+def test_get_many_out_of_block_order_decompresses_on_its_threads_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Members that come back to a block the cache has dropped (a fetch's members pushed apart
+    from their block) reuse the read ahead's load: the caller's thread decompresses nothing,
+    and `verify=False` gives the same bytes unhashed."""
+    contents = many_small(8, 300)
+    paths = write_files(tmp_path / "tree", contents)
+    store = ObjectStore.init(str(tmp_path / "store"), StoreOptions(block_size=32 << 10))
+    members = [r.oid for r in put_all(store, paths)]
+    assert len({block_of(store, oid) for oid in members
+                if codec_of(store, oid) == codec.CODEC_BLOCK}) > 4
+    order = list(range(len(members)))
+    random.Random(8).shuffle(order)
+    store.forget_cached()
+    monkeypatch.setattr(store, "_blocks", store_module.blocks.BlockCache(40 << 10))
+    caller = threading.current_thread()
+    on_caller: list[ObjectId] = []
+    content_of = store_module.blocks._content
+
+    def noted(backend: object, block: ObjectId, *args: object, **kwargs: object) -> bytes:
+        if threading.current_thread() is caller:
+            on_caller.append(block)
+        return content_of(backend, block, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store_module.blocks, "_content", noted)
+    got = list(store.get_many([(members[i], None) for i in order], verify=False))
+    assert got == [contents[i] for i in order]
+    assert on_caller == []
