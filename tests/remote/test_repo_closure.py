@@ -55,6 +55,19 @@ def test_upload_fetch_and_gc_carry_the_dictionary_along(s3_bucket: Bucket, tmp_p
     assert repo.check(full=True).problems == ()
 
 
+def _reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The pack keys a fetch's parts read, in order (one per `_get_spans`)."""
+    keys: list[str] = []
+    spans = repo_module.RemoteRepo._get_spans
+
+    def noted(self: repo_module.RemoteRepo, key: str, entries: list) -> object:  # type: ignore[type-arg]
+        keys.append(key)
+        return spans(self, key, entries)
+
+    monkeypatch.setattr(repo_module.RemoteRepo, "_get_spans", noted)
+    return keys
+
+
 def test_delta_chains_come_in_one_pass_over_the_packs_whatever_their_order(
         s3_bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bases of a fetch's deltas, at every depth, come in one round: each pack is read
@@ -79,16 +92,10 @@ def test_delta_chains_come_in_one_pass_over_the_packs_whatever_their_order(
     for oid in [*newest, *source.backend.iter_ids()]:
         repo.upload(source, [oid])
 
-    reads: Counter[str] = Counter()
-    spans = repo_module.RemoteRepo._get_spans
-
-    def counted(self: repo_module.RemoteRepo, key: str, entries: list) -> object:  # type: ignore[type-arg]
-        reads[key] += 1
-        return spans(self, key, entries)
-
-    monkeypatch.setattr(repo_module.RemoteRepo, "_get_spans", counted)
+    keys = _reads(monkeypatch)
     target = ObjectStore.init(str(tmp_path / "b"))
     fetched = connect(s3_bucket, create=False).fetch(target, newest)
+    reads = Counter(keys)
     assert fetched.objects == 6 * 4
     assert all(target.get_bytes(oid) == source.get_bytes(oid) for oid in newest)
     assert len(reads) > 6 and max(reads.values()) <= 2, reads
@@ -114,18 +121,6 @@ def _blocks_store(path: Path, files: int) -> tuple[ObjectStore, list[ObjectId], 
     return store, oids, blocks
 
 
-def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    reads: Counter[str] = Counter()
-    spans = repo_module.RemoteRepo._get_spans
-
-    def counted(self: repo_module.RemoteRepo, key: str, entries: list) -> object:  # type: ignore[type-arg]
-        reads[key] += 1
-        return spans(self, key, entries)
-
-    monkeypatch.setattr(repo_module.RemoteRepo, "_get_spans", counted)
-    return reads
-
-
 def test_blocks_come_in_the_same_pass_as_their_members(
         s3_bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A pushed block precedes its members in their pack: a fetch of the members reads the
@@ -135,14 +130,14 @@ def test_blocks_come_in_the_same_pass_as_their_members(
     repo = connect(s3_bucket)
     up = repo.upload(source, oids)
     assert up.packs == 1 and up.objects == len(oids) + len(blocks)
-    reads = _counting_reads(monkeypatch)
+    keys = _reads(monkeypatch)
     target = ObjectStore.init(str(tmp_path / "b"))
     said: list[ObjectId] = []
     report = connect(s3_bucket, create=False).fetch(
         target, oids, ready=lambda batch: said.extend(oid for oid, _ in batch))
     assert report.objects == len(oids) + len(blocks)
     assert sorted(said) == sorted(oids)
-    assert list(reads.values()) == [1]
+    assert len(keys) == 1
     assert report.bytes_fetched <= up.bytes_uploaded
     assert all(target.get_bytes(oid) == source.get_bytes(oid) for oid in oids)
 
@@ -155,14 +150,7 @@ def test_a_pack_is_read_after_the_pack_holding_what_it_needs(
     repo = connect(s3_bucket)
     assert repo.upload(source, sorted(blocks)).packs == 1
     assert repo.upload(source, oids).objects == len(oids)  # the blocks are there already
-    order: list[str] = []
-    spans = repo_module.RemoteRepo._get_spans
-
-    def noted(self: repo_module.RemoteRepo, key: str, entries: list) -> object:  # type: ignore[type-arg]
-        order.append(key)
-        return spans(self, key, entries)
-
-    monkeypatch.setattr(repo_module.RemoteRepo, "_get_spans", noted)
+    order = _reads(monkeypatch)
     target = ObjectStore.init(str(tmp_path / "b"))
     report = connect(s3_bucket, create=False).fetch(target, oids[::-1])
     assert report.objects == len(oids) + len(blocks)
