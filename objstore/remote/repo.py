@@ -470,7 +470,8 @@ class RemoteRepo:
         if not keys:
             return
         with ThreadPoolExecutor(PARTS_AHEAD, thread_name_prefix="ckpt-remote-fetch") as pool:
-            ahead: deque[tuple[str, int, Future[tuple[list[Span], list[bytes]]]]] = deque()
+            ahead: deque[tuple[str, int, Future[tuple[list[Span], list[bytes], list[int]]]]] = (
+                deque())
             queued = held = 0
 
             def top_up() -> None:
@@ -487,9 +488,9 @@ class RemoteRepo:
             while ahead:
                 key, size, fetching = ahead.popleft()
                 held -= size
-                spans, parts = fetching.result()
+                spans, parts, sizes = fetching.result()
                 top_up()
-                yield _records(key, spans, parts)
+                yield _records(key, spans, parts, sizes)
 
     def _by_pack(self, oids: list[ObjectId], order: dict[str, int]
                  ) -> dict[str, list[Entry]]:
@@ -509,9 +510,11 @@ class RemoteRepo:
         last = len(order)
         return dict(sorted(groups.items(), key=lambda group: order.get(group[0], last)))
 
-    def _get_spans(self, key: str, entries: list[Entry]) -> tuple[list[Span], list[bytes]]:
-        """The ranged GETs that cover `entries` of the pack at `key`, and their bytes: from
-        what a GET brought lately where it covers a span (`_Recent`), else fetched."""
+    def _get_spans(self, key: str, entries: list[Entry]
+                   ) -> tuple[list[Span], list[bytes], list[int]]:
+        """The ranged GETs that cover `entries` of the pack at `key`, their bytes, and how
+        many bytes each GET brought: a span that what a GET brought lately covers
+        (`_Recent`) is served from that, and brought 0."""
         spans = plan_spans(entries)
         parts = [self._recent.get(key, s.start, s.length) for s in spans]
         todo = [i for i, part in enumerate(parts) if part is None]
@@ -524,7 +527,10 @@ class RemoteRepo:
             for i, data in zip(todo, got):
                 parts[i] = data
                 self._recent.keep(key, spans[i].start, data)
-        return spans, cast(list[bytes], parts)
+        sizes = [0] * len(spans)
+        for i in todo:
+            sizes[i] = len(cast(bytes, parts[i]))
+        return spans, cast(list[bytes], parts), sizes
 
     # -- records and heads ---------------------------------------------------------------
 
@@ -640,12 +646,12 @@ class _Recent:
             self._size += len(data)
 
 
-def _records(key: str, spans: list[Span], parts: list[bytes]
+def _records(key: str, spans: list[Span], parts: list[bytes], sizes: list[int]
              ) -> Iterator[tuple[ObjectId, bytes, int]]:
-    """(oid, stored bytes, bytes of the GET that brought it, once per GET) per record of
-    `spans`, its framing checked; CorruptObject naming the object if it is damaged."""
-    for span, part in zip(spans, parts):
-        got = len(part)
+    """(oid, stored bytes, bytes the GET that brought it fetched, once per GET: 0 for a span
+    served from memory) per record of `spans`, its framing checked; CorruptObject naming the
+    object if it is damaged."""
+    for span, part, got in zip(spans, parts, sizes):
         for oid, stored in iter_records(key, span, part):
             yield oid, stored, got
             got = 0

@@ -300,9 +300,10 @@ def test_a_walk_of_levels_reads_a_stretch_it_fetched_from_memory(
     repo = connect(s3_bucket, create=False)
     target = ObjectStore.init(str(tmp_path / "b"))
     with repo.lock("shared"):
-        for level in (oids[::3], oids[1::3], oids[2::3]):
-            repo.fetch(target, level)
+        reports = [repo.fetch(target, level) for level in (oids[::3], oids[1::3], oids[2::3])]
     assert len(gets) == 1, gets
+    assert reports[0].requests == 1 and reports[0].bytes_fetched > 0
+    assert [(r.requests, r.bytes_fetched) for r in reports[1:]] == [(0, 0), (0, 0)]
     assert all(target.get_bytes(oid) == source.get_bytes(oid) for oid in oids)
 
     again = ObjectStore.init(str(tmp_path / "c"))
