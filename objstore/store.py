@@ -354,7 +354,7 @@ class ObjectStore:
         """`get_bytes` of each object of `items` in order: an id and its envelope if the caller
         has it (a fetch's), else None (read from the store). For a caller that reads many
         objects in a row (a restore): the blocks their members name are decompressed ahead on
-        a thread (`blocks.read_ahead`). Each content is verified by its hash, unless `verify`
+        threads (`blocks.read_ahead`). Each content is verified by its hash, unless `verify`
         is False: then the caller hashes each before it uses it (a restore's staging does, on
         its writer thread, before it writes the file)."""
         backend = self.backend
