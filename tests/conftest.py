@@ -10,11 +10,17 @@ xdist each worker process has its own tally; the workers hand theirs back when t
 the controlling process adds them up, so the summary (and `$CKPT_FAULT_REPORT`) covers the whole
 run either way. This lives here, not in tests/faults/conftest.py, because the controlling
 process loads only the top-level conftest.
+
+A run started as a background job of a non-interactive shell (`.ci/run &`) inherits SIGINT
+ignored, and would hand that on to every `ckpt` a test starts: a test that interrupts one would
+wait for it forever. `pytest_configure` gives the run Python's own SIGINT handler back, so
+what it starts gets the default again.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +29,11 @@ import fault_helpers as h  # tests/faults is on pytest's `pythonpath`
 import pytest
 
 _WORKER_KEY = "ckpt_fault_tally"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
