@@ -301,8 +301,11 @@ class _Writer:
                       else ThreadPoolExecutor(1, thread_name_prefix="ckpt-staging"))
         self._writing: deque[tuple[list[NewFile], Future[tuple[int, int] | None]]] = deque()
         self._dirs: Future[tuple[int, int] | None] | None = None
-        # Whether `add` verifies a content given with its id (the native writer hashes it).
-        self.verifies = self._pool is not None
+
+    @property
+    def verifies(self) -> bool:
+        """Whether `add` verifies a content given with its id (the native writer hashes it)."""
+        return self._pool is not None
 
     def make_dirs(self, paths: Iterable[bytes]) -> None:
         """Make the directories `paths` (relative to the staging directory, each after its

@@ -517,6 +517,7 @@ class RemoteRepo:
         (`_Recent`) is served from that, and brought 0."""
         spans = plan_spans(entries)
         parts = [self._recent.get(key, s.start, s.length) for s in spans]
+        sizes = [0] * len(spans)
         todo = [i for i, part in enumerate(parts) if part is None]
         if todo:
             try:
@@ -526,10 +527,8 @@ class RemoteRepo:
                 raise RemoteCorrupt(self.url, key, "missing, though an index names it") from None
             for i, data in zip(todo, got):
                 parts[i] = data
+                sizes[i] = len(data)
                 self._recent.keep(key, spans[i].start, data)
-        sizes = [0] * len(spans)
-        for i in todo:
-            sizes[i] = len(cast(bytes, parts[i]))
         return spans, cast(list[bytes], parts), sizes
 
     # -- records and heads ---------------------------------------------------------------
