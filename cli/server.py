@@ -5,7 +5,8 @@ server per store, a second one exits 0), the socket (a stale one unlinked after 
 connect; bound 0600 in a 0700 directory), the acceptor (a thread; a thread per connection for
 the peer-uid check, HELLO, the REQUEST and the DECLINE table), the executor (the main thread,
 one accepted request at a time: ACCEPTED, then the command, then EXIT), INTERRUPT forwarding,
-QUIT, STATUS, the idle exit, the periodic verification walk and the log file.
+QUIT, STATUS, the idle exit, the periodic verification walk, the heap trim after a request
+that grew the process (cli/server_memory.py) and the log file.
 
 The protocol is protocol-24.md (frames in cli/wire.py). A request is ACCEPTED only by the main
 thread right before it runs; if that frame cannot be sent the request is dropped, so an
@@ -34,6 +35,7 @@ from ckpt import __version__
 from ckpt.cli import errors, wire
 from ckpt.cli.render import delivered
 from ckpt.cli.server_exec import Pool, close_all, execute, pause, warm_up
+from ckpt.cli.server_memory import HeapTrim
 from ckpt.cli.server_request import BadRequest, Request, decline_reason
 from ckpt.cli.server_status import server_status
 
@@ -84,6 +86,7 @@ class Server:
         self.last_verify = time.monotonic()
         self.last_check = time.monotonic()
         self.pool = Pool()
+        self.heap = HeapTrim()
         self.listener: socket.socket | None = None
         self.bound: tuple[int, int] | None = None
         self.idle = 600.0
@@ -291,6 +294,10 @@ class Server:
             log.info("client of request %d gone before its exit code", pending.id)
         hang_up(pending.channel)  # also ends watch_interrupts' read
         self.pool.settle()
+        trimmed = self.heap.after_request()
+        if trimmed is not None:
+            log.info("request %d: heap trimmed to %.0f MiB resident", pending.id,
+                     trimmed / (1 << 20))
         self.last_activity = time.monotonic()
 
     def loop(self) -> None:

@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from ckpt.cli.wire import ProtocolError, is_forwarded, parse_request
 
 # Commands run by the client itself: long work that should not hold the server (bench, gc,
-# fsck, tune; push and pull, whose uploads and downloads would hold the server's one executor),
-# a store being made (init), the server's own control, shell completion and the long-lived
-# stdio MCP server. `remote` runs there too: every command that may reach a remote runs in
-# the client, so no transfer ever holds the server.
+# fsck, tune; pull and the downloads below, which would hold the server's one executor for as
+# long as a remote takes), a store being made (init), the server's own control, shell
+# completion and the long-lived stdio MCP server. `remote` runs there too. `push` is served:
+# it is the command a harness runs after every turn, where it sends what that turn made (a few
+# KiB) and a process of its own would spend most of its time starting; the client's
+# environment (its AWS credentials) is the request's, never one kept from another request.
 LOCAL_COMMANDS = frozenset({"init", "bench", "gc", "fsck", "tune", "server", "completion", "mcp",
-                            "push", "pull", "remote"})
+                            "pull", "remote"})
 # Commands that reach a remote when given `--remote`, or (restore, diff, show, cat, undo) when the
 # store has remotes: a checkpoint only a remote has is fetched first.
 _REMOTE_OPTION = "--remote"
