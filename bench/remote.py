@@ -11,12 +11,17 @@ of the corpus, then measures, tool after tool (who goes first alternates by roun
 2. turn: the seeded agent turn (20 edited, 5 new, 5 deleted files; ``ckpt.tuning.workload``),
    then ckpt ``create`` + ``push`` against restic's incremental ``backup``; the bytes the push
    added to the bucket against the zstd (level 3) size of the edited and new files;
+   served turn: the store's resident server started and warmed (``remote_tools.CkptServed``,
+   not timed), a second seeded turn, then ``create`` + ``push`` through the server against
+   restic's next incremental ``backup``: the default ``CKPT_SERVER=auto``, as a harness's
+   session runs ckpt turn after turn;
 3. fresh machine: an empty store with only the remote configured restores the first
    checkpoint into an empty directory (``restore ID --target DIR``: record pulled, objects
    fetched) against ``restic restore`` with an empty cache. Both results are checked against
    the corpus's content manifest: a wrong restore aborts the run (exit 2).
 
-ckpt runs as users install it (``--install venv``, see bench/compare.py) with ``CKPT_SERVER=off``.
+ckpt runs as users install it (``--install venv``, see bench/compare.py) with ``CKPT_SERVER=off``
+but for the served turn.
 Owns: the rounds, the ratios against the issue's targets, the table and the JSON. Must not:
 import ckpt's library (as bench/compare.py), or modify the corpus.
 """
@@ -68,12 +73,17 @@ RATIOS: dict[str, tuple[str, float | None]] = {
     "first_create_push": ("first create+push / restic first backup", None),
     "turn_push": ("turn push / restic incremental", 0.1),
     "turn_create_push": ("turn create+push / restic incremental", 0.1),
+    "served_create_push": ("served turn create+push / restic incremental", 0.1),
     "fresh_restore": ("fresh-machine restore / restic restore", 0.5),
     "turn_bytes": ("turn bytes uploaded / zstd of changed files", 1.2),
     "remote_vs_local": ("remote size / local store (first push)", 1.0),
 }
 STEPS = ("ckpt_first_create", "ckpt_first_push", "restic_first_backup", "ckpt_turn_create",
-         "ckpt_turn_push", "restic_turn_backup", "ckpt_fresh_restore", "restic_fresh_restore")
+         "ckpt_turn_push", "restic_turn_backup", "ckpt_served_create", "ckpt_served_push",
+         "restic_served_backup", "ckpt_fresh_restore", "restic_fresh_restore")
+#: The second turn of a round (through the resident server) is seeded with the round's seed
+#: plus this, so that it never repeats a first turn's choices.
+SERVED_SEED = 1000
 ZSTD_LEVEL = 3
 
 
@@ -167,6 +177,29 @@ def run_round(index: int, corpus: Corpus, baseline: Manifest, captured: list[str
         _settle()
         step()
 
+    with ckpt.served() as served:
+        after_turn = read_manifest(work)
+        kept = set(files) - set(turn.deletes)
+        turn2 = plan_turn(sorted(kept), seed + SERVED_SEED,
+                          find_ignored=lambda ps: find_ignored(corpus.path, ps))
+        apply_turn(work, turn2)
+        if changed_paths(after_turn, read_manifest(work)) != turn2.paths:
+            raise BenchFailure("the second turn changed other paths than it planned")
+
+        def served_ckpt() -> None:
+            m, _ = served.snapshot("after-served-turn")
+            steps["ckpt_served_create"] = _cell(m)
+            steps["ckpt_served_push"] = _cell(served.push())
+
+        def served_restic() -> None:
+            m, _ = restic.backup(work)
+            steps["restic_served_backup"] = _cell(m)
+
+        for step in ((served_ckpt, served_restic) if ckpt_goes_first
+                     else (served_restic, served_ckpt)):
+            _settle()
+            step()
+
     expected_ckpt = _files(baseline, set(captured))
 
     def fresh_ckpt() -> None:
@@ -204,6 +237,8 @@ def round_ratios(run: dict[str, Any]) -> dict[str, float]:
         "turn_push": s["ckpt_turn_push"] / s["restic_turn_backup"],
         "turn_create_push": (s["ckpt_turn_create"] + s["ckpt_turn_push"])
         / s["restic_turn_backup"],
+        "served_create_push": (s["ckpt_served_create"] + s["ckpt_served_push"])
+        / s["restic_served_backup"],
         "fresh_restore": s["ckpt_fresh_restore"] / s["restic_fresh_restore"],
         "turn_bytes": (z["remote_after_turn"] - z["remote_after_first"]) / z["turn_zstd"],
         "remote_vs_local": z["remote_after_first"] / z["local_store"],
@@ -238,6 +273,8 @@ def render_table(report: dict[str, Any]) -> str:
              ("first: push / backup", "ckpt_first_push", "restic_first_backup"),
              ("turn: create", "ckpt_turn_create", None),
              ("turn: push / backup", "ckpt_turn_push", "restic_turn_backup"),
+             ("served turn: create", "ckpt_served_create", None),
+             ("served turn: push / backup", "ckpt_served_push", "restic_served_backup"),
              ("fresh-machine restore", "ckpt_fresh_restore", "restic_fresh_restore"))
     for title, ck, rs in pairs:
         lines.append(f"{title:<34}{s['steps'][ck]['median_s']:>10.3f}"

@@ -24,7 +24,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from bench.compare import REPO_ROOT, BenchFailure, Install, Measured, run_measured
+from bench.compare import (
+    REPO_ROOT,
+    BenchFailure,
+    Install,
+    Measured,
+    proc_memory_kib,
+    run_measured,
+    stop_pid,
+)
 
 #: The name of the remote in every ckpt store of the bench.
 REMOTE = "bench"
@@ -171,6 +179,83 @@ class CkptRemote:
         m = self.run("restore", ref, "--target", str(target), "--json")
         m.report = _json_of(m, "ckpt restore --json")
         return m
+
+    @contextlib.contextmanager
+    def served(self) -> Iterator[CkptServed]:
+        """This store's resident server, started, warmed and, on the way out, stopped."""
+        served = CkptServed(self)
+        try:
+            served.start()
+            yield served
+        finally:
+            served.stop()
+
+
+class CkptServed:
+    """The same ckpt through its store's resident server, as a harness's session has it: the
+    default ``CKPT_SERVER=auto``, so ``create`` and ``push`` are served by the server (the
+    store open, the tree watched, the interpreter started), each call a thin client process.
+
+    ``start`` is set-up, not a step: ``server start``, two ``list --json`` (imports, the root
+    opened and watched) and a session-start checkpoint pushed (the watcher's one full walk).
+    A step must raise the server's request count (a call that ran in-process would be
+    measured as the wrong thing); its peak RSS is the server's VmHWM, its report adds the
+    server's VmRSS and the client's own peak."""
+
+    def __init__(self, cli: CkptRemote) -> None:
+        self.cli = cli
+        self.env = {k: v for k, v in cli.env.items() if k != "CKPT_SERVER"}
+        self.pid: int | None = None
+        self.requests = 0
+
+    def run(self, *args: str) -> Measured:
+        return run_measured([[*self.cli.base, *args]], cwd=self.cli.cwd, env=self.env)
+
+    def status(self) -> dict[str, Any]:
+        value = _json_of(self.run("server", "status", "--json"), "ckpt server status --json")
+        if not isinstance(value, dict) or not value.get("running"):
+            raise BenchFailure(f"the ckpt server is not running: {value}")
+        return value
+
+    def start(self) -> None:
+        started = _json_of(self.run("server", "start", "--json"), "ckpt server start --json")
+        self.pid = int(started["pid"])
+        for _ in range(2):
+            self.run("list", "--json")
+        self.snapshot("session-start")
+        self.push()
+
+    def _served(self, m: Measured, what: str, report: Any) -> Measured:
+        status = self.status()
+        if status["pid"] != self.pid or status["requests"] <= self.requests:
+            raise BenchFailure(f"ckpt {what} did not go through the server (pid {self.pid}, "
+                               f"more than {self.requests} requests expected): {status}")
+        self.requests = status["requests"]
+        rss, hwm = proc_memory_kib(status["pid"])
+        m.report = {"tool": report, "client_max_rss_kib": m.max_rss_kib,
+                    "server_rss_kib": rss, "server_hwm_kib": hwm}
+        m.max_rss_kib = hwm  # the server's high-water mark, cumulative over the round
+        return m
+
+    def snapshot(self, label: str) -> tuple[Measured, str]:
+        m = self.run("create", "--json", "-m", label)
+        record = _json_of(m, "ckpt create --json")
+        return self._served(m, "create", record.get("stats")), str(record["id"])
+
+    def push(self) -> Measured:
+        m = self.run("push", REMOTE, "--json")
+        return self._served(m, "push", _json_of(m, "ckpt push --json"))
+
+    def stop(self) -> None:
+        pid, self.pid = self.pid, None
+        if pid is None:
+            return
+        try:
+            self.run("server", "stop")
+        except BenchFailure:
+            pass
+        finally:
+            stop_pid(pid)
 
 
 class Restic:

@@ -4,7 +4,7 @@
 install) on the ``many-small`` shape at ``CKPT_BENCH_SCALE``: a real SeaweedFS and a real restic,
 both restores checked against the tree's manifest by the harness itself. Asserted: the run
 exits 0, every ratio of the issue's table is computed, the turn's push uploaded something and
-less than the first push. Skips, with the reason, where restic or SeaweedFS is not installed
+less than the first push, the served turn's push went through the server and sent its turn. Skips, with the reason, where restic or SeaweedFS is not installed
 (CI machines need not have restic: nothing here installs it).
 """
 
@@ -44,3 +44,4 @@ def test_remote_comparison_runs(shape_source: Callable[[str], BuiltShape], tmp_p
     turn = sizes["remote_after_turn"] - sizes["remote_after_first"]
     assert 0 < turn < sizes["remote_after_first"]
     assert run["steps"]["ckpt_turn_push"]["report"]["pushed"]
+    assert run["steps"]["ckpt_served_push"]["report"]["tool"]["pushed"]  # checked as served
