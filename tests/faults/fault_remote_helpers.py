@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fault_helpers as h
+import servers
 from seaweed import Bucket, SeaweedServer
 
 REMOTE = "bench"
@@ -37,12 +38,29 @@ class Machine:
     store: str
     session: str | None = None
     models: dict[str, h.Model] = field(default_factory=dict)
+    #: Commands go through the thin client (a running server is used) instead of in-process.
+    served: bool = False
 
-    def run(self, *args: str, extra_env: dict[str, str] | None = None) -> h.Run:
+    def _env(self, extra_env: dict[str, str] | None = None) -> dict[str, str]:
         env = dict(extra_env or {})
         if self.session is not None:
             env.setdefault("CKPT_SESSION", self.session)
-        return h.ckpt(self.root, *args, store=self.store, timeout=HANG_GUARD, extra_env=env)
+        if self.served:
+            env.setdefault("CKPT_SERVER", "auto")
+        return env
+
+    def _argv(self, *args: str) -> list[str]:
+        if self.served:  # the console script's way in: the thin client first
+            return [*servers.CLIENT, "--root", self.root, "--store", self.store, *args]
+        return h.argv(self.root, *args, store=self.store)
+
+    def run(self, *args: str, extra_env: dict[str, str] | None = None) -> h.Run:
+        if not self.served:
+            return h.ckpt(self.root, *args, store=self.store, timeout=HANG_GUARD,
+                          extra_env=self._env(extra_env))
+        return finish(subprocess.Popen(self._argv(*args), env=h.env(self._env(extra_env)),
+                                       cwd=self.root, stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE))
 
     def ok(self, *args: str) -> h.Run:
         run = self.run(*args)
@@ -56,8 +74,8 @@ class Machine:
         return checkpoint_id
 
     def popen(self, *args: str) -> subprocess.Popen[bytes]:
-        env = h.env({"CKPT_SESSION": self.session} if self.session else None)
-        return subprocess.Popen(h.argv(self.root, *args, store=self.store), env=env,
+        env = h.env(self._env())
+        return subprocess.Popen(self._argv(*args), env=env,
                                 cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
