@@ -582,15 +582,28 @@ class Catalog:
 
     def delete_checkpoints(self, ids: Sequence[str], *, event: Event | None = None) -> None:
         """Delete these records (ids not present are ignored) and add `event`, in one txn.
-        Their record files go first, inside the transaction: a pruned checkpoint never comes
-        back in a rebuild (a kill in between leaves the rows, which `fsck` reports)."""
+        Their record files are set aside first, inside the transaction (a pruned checkpoint
+        never comes back in a rebuild) and removed after the commit; if the transaction
+        raises, each is named back or removed by whether its row is still there (a Ctrl-C
+        can land after the COMMIT). A kill in between leaves them set aside, settled the same
+        way by the next open (reindex.reconcile)."""
         if isinstance(ids, str):
             raise TypeError("ids must be a sequence of ids, not one string")
-        with self._guard(), self._write() as conn:
-            self.records.remove(ids)
-            conn.executemany("DELETE FROM checkpoints WHERE id = ?", ((i,) for i in ids))
-            if event is not None:
-                self._insert_event(conn, event)
+        with self._guard():
+            aside: list[str] = []
+            try:
+                with self._write() as conn:
+                    aside = self.records.set_aside_pruned(ids)
+                    conn.executemany("DELETE FROM checkpoints WHERE id = ?", ((i,) for i in ids))
+                    if event is not None:
+                        self._insert_event(conn, event)
+            except BaseException:
+                with contextlib.suppress(Exception):  # else the next open settles them
+                    kept = reindex.known_names(self._conn)
+                    self.records.restore_pruned([n for n in aside if n in kept])
+                    self.records.drop_pruned([n for n in aside if n not in kept])
+                raise
+            self.records.drop_pruned(aside)
 
     def tree_roots(self) -> list[ObjectId]:
         """The distinct tree ids of all records of all sessions (GC roots), sorted; every row

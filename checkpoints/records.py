@@ -3,11 +3,13 @@
 Owns the row form of a `CheckpointRecord` (the tuple the catalog stores, and its digest), the
 record file format and the `records/` directory of a store. The catalog (catalog.py) is an
 index over these files: it writes a checkpoint's file before the row, inside the row's write
-transaction (pending until the commit: `write_pending`), removes the files of pruned
-checkpoints inside theirs, and is rebuilt from them when it is lost. The files are fsynced
-only when the store's policy is `fsync = "full"`: under `batch` each fsync would double the
-cost of a checkpoint that changed nothing, and the committed row covers a power loss (a file
-lost to one is reported by fsck and written again from the row by `fsck --repair`). As restic keeps `snapshots/<id>`, a store keeps `records/<name>`:
+transaction (pending until the commit: `write_pending`), sets the files of pruned checkpoints
+aside inside theirs (removed after the commit: `set_aside_pruned`), and is rebuilt from them
+when it is lost. The files are fsynced only when the store's policy is `fsync = "full"`:
+under `batch` each fsync would double the cost of a checkpoint that changed nothing, and the
+committed row covers a power loss (a file lost to one is reported by fsck and written again
+from the row by `fsck --repair`). As restic keeps `snapshots/<id>`, a store keeps
+`records/<name>`:
 
     name:    the checkpoint id (`ckpt-<ms>-<8 base36>`; any other id: `x-` + hex of its UTF-8)
     file:    b"CKREC\\x00\\x00\\x01" | msgpack [1, row, tracked] | BLAKE3 of everything before (32)
@@ -15,8 +17,9 @@ lost to one is reported by fsck and written again from the row by `fsck --repair
     tracked: the session's tracked paths when the record was committed (a rebuild restores
              each session's set from its newest record)
 
-A pruned checkpoint stays pruned because its file is gone: there is no deletion marker to
-lose. Must not open the catalog, touch the object store or the working tree.
+A pruned checkpoint stays pruned because its file is gone (or set aside, which a rebuild
+ignores): there is no deletion marker to lose. Must not open the catalog, touch the object
+store or the working tree.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ DIGEST_SIZE = 16  # of a catalog row: enough to catch a flipped byte, not an adv
 _TRAILER = 32
 _TEMP_PREFIX = ".tmp-"
 PENDING_PREFIX = ".pending-"
+PRUNING_PREFIX = ".pruning-"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -189,15 +193,17 @@ class RecordDir:
         """The names of the record files (temporaries and pending files excluded)."""
         return self.listing()[0]
 
-    def listing(self) -> tuple[set[str], set[str]]:
-        """(record file names, names of pending files: see `write_pending`)."""
+    def listing(self) -> tuple[set[str], set[str], set[str]]:
+        """(record file names, names of pending files: see `write_pending`, names of files a
+        prune set aside: see `set_aside_pruned`)."""
         try:
             entries = os.listdir(self.path)
         except FileNotFoundError:
-            return set(), set()
+            return set(), set(), set()
         names = {n for n in entries if not n.startswith(".")}
         pending = {n[len(PENDING_PREFIX):] for n in entries if n.startswith(PENDING_PREFIX)}
-        return names, pending
+        pruning = {n[len(PRUNING_PREFIX):] for n in entries if n.startswith(PRUNING_PREFIX)}
+        return names, pending, pruning
 
     def _ensure_dir(self) -> None:
         if not os.path.isdir(self.path):
@@ -271,12 +277,46 @@ class RecordDir:
             os.close(fd)
         return decode_record(data)
 
-    def remove(self, checkpoint_ids: Iterable[str]) -> None:
-        """Remove these records' files (absent ones are fine), durably if fsync."""
+    def set_aside_pruned(self, checkpoint_ids: Iterable[str]) -> list[str]:
+        """The first half of a prune, inside its rows' transaction: each record file renamed
+        `.pruning-<name>` (absent ones skipped), durably if fsync; the names set aside. After
+        the commit `drop_pruned` removes them; if the transaction fails, `restore_pruned`
+        names them back. A process killed in between leaves them set aside, and the next open
+        settles them by the catalog (reindex.reconcile): back if the rows are still there,
+        removed if not. A rebuild never adopts a file set aside."""
+        moved: list[str] = []
+        try:
+            for checkpoint_id in checkpoint_ids:
+                name = record_name(checkpoint_id)
+                try:
+                    os.rename(os.path.join(self.path, name),
+                              os.path.join(self.path, PRUNING_PREFIX + name))
+                except FileNotFoundError:
+                    continue
+                moved.append(name)
+            if moved and self.fsync:
+                sync_directory(self.path)
+        except BaseException:
+            self.restore_pruned(moved)
+            raise
+        return moved
+
+    def restore_pruned(self, names: Iterable[str]) -> None:
+        """Name back files a prune set aside (its transaction did not commit)."""
+        back = list(names)
+        for name in back:
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(os.path.join(self.path, PRUNING_PREFIX + name),
+                          os.path.join(self.path, name))
+        if back and self.fsync:
+            sync_directory(self.path)
+
+    def drop_pruned(self, names: Iterable[str]) -> None:
+        """Remove files a prune set aside (its rows' deletion is committed)."""
         removed = False
-        for checkpoint_id in checkpoint_ids:
+        for name in names:
             try:
-                os.unlink(self.file(checkpoint_id))
+                os.unlink(os.path.join(self.path, PRUNING_PREFIX + name))
                 removed = True
             except FileNotFoundError:
                 pass

@@ -1,8 +1,8 @@
 """The catalog as an index over the record files: checked at open, audited, repaired.
 
 Owns what compares the catalog's rows with the record files (records.py): `reconcile` (at
-every open: settle the records a killed create left pending, refuse a catalog that lacks
-record files), `unindexed` (which files it lacks, under the write lock), `adopt` (add
+every open: settle the records a killed create left pending and those a killed prune set
+aside, refuse a catalog that lacks record files), `unindexed` (which files it lacks, under the write lock), `adopt` (add
 record files' checkpoints, rebuilding a new catalog's tracked paths), `audit` (fsck: every
 row against its file, tolerating damage) and `repair` (fsck --repair: make them agree, the
 sound file winning). The SQL and the transactions are the catalog's (catalog.py); this
@@ -40,15 +40,16 @@ def tracked_by_session(conn: sqlite3.Connection) -> dict[str, list[bytes]]:
 
 
 def reconcile(catalog: Catalog) -> None:
-    """At open: settle the records a killed create left pending, and refuse a catalog that
-    lacks record files (`CatalogCorrupt` naming the repair command). The test is one listing
-    and one count."""
+    """At open: settle the records a killed create left pending and those a killed prune set
+    aside, and refuse a catalog that lacks record files (`CatalogCorrupt` naming the repair
+    command). The test is one listing and one count."""
     records = catalog.records
-    names, pending = records.listing()
-    if pending and catalog.readonly is None:
+    names, pending, pruning = records.listing()
+    if (pending or pruning) and catalog.readonly is None:
         with catalog.transaction() as conn:
-            # Under the write lock no create is between its pending file and its commit: a
-            # pending record with a row was committed, one without never will be.
+            # Under the write lock no create or prune is between its files and its commit: a
+            # pending record with a row was committed, one without never will be; a record
+            # set aside whose row is still there belongs to a prune that never committed.
             committed = known_names(conn)
             for name in sorted(pending):
                 if name in committed:
@@ -56,6 +57,10 @@ def reconcile(catalog: Catalog) -> None:
                     names.add(name)
                 else:
                     records.discard_pending(name)
+            back = sorted(n for n in pruning if n in committed)
+            records.restore_pruned(back)
+            names.update(back)
+            records.drop_pruned(sorted(pruning - committed))
     if not names:
         return
     if len(names) > catalog.count():  # or a prune between the listing and the count: again

@@ -137,7 +137,7 @@ def test_a_create_killed_between_its_record_and_its_row_leaves_neither(tmp_path:
                   os.path.join(catalog.records.path, ".pending-ckpt-1-a"))
     with Catalog.open(db) as catalog:
         assert catalog.history(session=None) == [committed]
-        assert catalog.records.listing() == ({"ckpt-1-a"}, set())
+        assert catalog.records.listing() == ({"ckpt-1-a"}, set(), set())
 
 
 def test_a_row_that_fails_its_digest_is_catalog_corruption(tmp_path: Path) -> None:
@@ -199,6 +199,68 @@ def test_an_older_catalog_gets_record_files_when_upgraded(tmp_path: Path) -> Non
     with Catalog.open(db) as catalog:
         assert catalog.records.names() == {"ckpt-1-a"}
         assert catalog.audit() == ([_record("ckpt-1-a")], [])
+
+
+def test_a_prune_killed_before_or_after_its_commit_leaves_a_consistent_catalog(
+        tmp_path: Path) -> None:
+    """What a kill -9 of a prune leaves: its record files set aside (`.pruning-`) with the
+    rows still there (killed before the COMMIT: the prune never happened), or with the rows
+    gone (killed after it). The next open names the first back and removes the second;
+    fsck's audit is clean either way."""
+    db = str(tmp_path / "catalog.db")
+    records = [_record(f"ckpt-{i}-x", at=T0 + timedelta(seconds=i)) for i in range(4)]
+    with Catalog.open(db) as catalog:
+        for record in records:
+            catalog.add_checkpoint(record)
+        aside = catalog.records.set_aside_pruned(["ckpt-0-x", "ckpt-1-x", "ckpt-9-none"])
+        assert aside == ["ckpt-0-x", "ckpt-1-x"]
+        assert catalog.records.names() == {"ckpt-2-x", "ckpt-3-x"}  # a rebuild skips them
+    raw = sqlite3.connect(db)
+    raw.execute("DELETE FROM checkpoints WHERE id = 'ckpt-1-x'")  # its prune committed
+    raw.commit()
+    raw.close()
+    with Catalog.open(db) as catalog:
+        assert [r.id for r in catalog.history(session=None)] == ["ckpt-0-x", "ckpt-2-x",
+                                                                 "ckpt-3-x"]
+        assert catalog.records.listing() == ({"ckpt-0-x", "ckpt-2-x", "ckpt-3-x"}, set(),
+                                             set())
+        sound, problems = catalog.audit()
+        assert len(sound) == 3 and problems == []
+
+
+def test_a_prune_that_raises_before_or_after_its_commit_keeps_files_and_rows_together(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = str(tmp_path / "catalog.db")
+    with Catalog.open(db) as catalog:
+        for i in range(3):
+            catalog.add_checkpoint(_record(f"ckpt-{i}-x", at=T0 + timedelta(seconds=i)))
+        write = catalog._write
+
+        @contextmanager
+        def failing_before_commit() -> Iterator[Any]:
+            with write() as conn:
+                yield conn
+                raise sqlite3.OperationalError("disk I/O error")
+
+        @contextmanager
+        def interrupted_after_commit() -> Iterator[Any]:
+            with write() as conn:
+                yield conn
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(catalog, "_write", failing_before_commit)
+        with pytest.raises(sqlite3.OperationalError):
+            catalog.delete_checkpoints(["ckpt-0-x"])
+        assert catalog.records.listing() == ({"ckpt-0-x", "ckpt-1-x", "ckpt-2-x"}, set(),
+                                             set())
+        monkeypatch.setattr(catalog, "_write", interrupted_after_commit)
+        with pytest.raises(KeyboardInterrupt):
+            catalog.delete_checkpoints(["ckpt-1-x"])
+        monkeypatch.undo()
+        assert catalog.records.listing() == ({"ckpt-0-x", "ckpt-2-x"}, set(), set())
+    with Catalog.open(db) as catalog:
+        assert [r.id for r in catalog.history(session=None)] == ["ckpt-0-x", "ckpt-2-x"]
+        assert catalog.audit()[1] == []
 
 
 def test_the_pinned_schema_structure_is_the_schema_s() -> None:
