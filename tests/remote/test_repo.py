@@ -45,6 +45,9 @@ def test_upload_then_fetch_into_an_empty_store_round_trips_every_object(
         assert target.get_bytes(oid) == source.get_bytes(oid)
         # copied as stored: same envelope bytes on both sides
         assert target.backend.get(oid) == source.backend.get(oid)
+    target.sync()
+    # the records' crcs came with the remote's records: each one checks against its bytes
+    assert list(target.backend.check_records()) == []
     again = fresh.fetch(target, oids)
     assert (again.objects, again.requests) == (0, 0)
 
