@@ -46,7 +46,10 @@ class PackBuilder:
             self.refs[oid] = ref
 
     def finish(self) -> tuple[str, bytes]:
+        """The pack's id and bytes. The builder lets go of its buffer: a pack in flight is
+        held once (its bytes, by the upload), not twice (entries and refs stay)."""
         data = bytes(self.buffer)
+        self.buffer = bytearray()
         return hash_bytes(data).hex(), data
 
 

@@ -34,6 +34,7 @@ def test_a_remote_pack_is_a_local_pack_its_index_names_every_record(
         builder.append(hash_bytes(item), item, ())
     packid, data = builder.finish()
     assert packid == hash_bytes(data).hex()
+    assert builder.size == 0 and len(builder) == len(items)  # its buffer let go, entries kept
     path = os.path.join(str(tmp_path_factory.mktemp("pack")), "p.pack")
     Path(path).write_bytes(data)
     fd = open_pack(path)
