@@ -43,6 +43,16 @@ def _record(record_id: str, *, at: datetime = T0, **changes: Any) -> CheckpointR
     return CheckpointRecord(**(fields | changes))
 
 
+def _interrupted_after_commit(write: Any) -> Any:
+    """A catalog's `_write` whose transaction commits, then meets a Ctrl-C."""
+    @contextmanager
+    def interrupted() -> Iterator[Any]:
+        with write() as conn:
+            yield conn
+        raise KeyboardInterrupt
+    return interrupted
+
+
 def test_a_record_file_round_trips_and_refuses_a_flipped_byte() -> None:
     record = _record("ckpt-1-abc")
     data = encode_record(record_row(record), [b"a/b", b"c"])
@@ -242,18 +252,12 @@ def test_a_prune_that_raises_before_or_after_its_commit_keeps_files_and_rows_tog
                 yield conn
                 raise sqlite3.OperationalError("disk I/O error")
 
-        @contextmanager
-        def interrupted_after_commit() -> Iterator[Any]:
-            with write() as conn:
-                yield conn
-            raise KeyboardInterrupt
-
         monkeypatch.setattr(catalog, "_write", failing_before_commit)
         with pytest.raises(sqlite3.OperationalError):
             catalog.delete_checkpoints(["ckpt-0-x"])
         assert catalog.records.listing() == ({"ckpt-0-x", "ckpt-1-x", "ckpt-2-x"}, set(),
                                              set())
-        monkeypatch.setattr(catalog, "_write", interrupted_after_commit)
+        monkeypatch.setattr(catalog, "_write", _interrupted_after_commit(write))
         with pytest.raises(KeyboardInterrupt):
             catalog.delete_checkpoints(["ckpt-1-x"])
         monkeypatch.undo()
@@ -273,15 +277,7 @@ def test_a_ctrl_c_after_the_commit_keeps_the_record_file(tmp_path: Path,
     exists, so its pending record file stays, and the next open names it."""
     db = str(tmp_path / "catalog.db")
     with Catalog.open(db) as catalog:
-        write = catalog._write
-
-        @contextmanager
-        def interrupted_after_commit() -> Iterator[Any]:
-            with write() as conn:
-                yield conn
-            raise KeyboardInterrupt
-
-        monkeypatch.setattr(catalog, "_write", interrupted_after_commit)
+        monkeypatch.setattr(catalog, "_write", _interrupted_after_commit(catalog._write))
         with pytest.raises(KeyboardInterrupt):
             catalog.add_checkpoint(_record("ckpt-1-a"))
         monkeypatch.undo()
