@@ -14,7 +14,8 @@ returns: a checkpoint reported as created survives power loss. The caller must m
 objects a record points to durable *before* adding it.
 
 The catalog is an index over the record files (records.py; the comparisons are reindex.py's):
-each checkpoint's file is written inside its row's transaction and removed inside a prune's. A new database beside
+each checkpoint's file is written inside its row's transaction and set aside inside a
+prune's (removed after its commit; records.py `set_aside_pruned`). A new database beside
 record files (the catalog deleted or emptied) is rebuilt from them as it is created; an
 existing one that lacks record files is `CatalogCorrupt` naming `ckpt fsck --repair`
 (`repair`), as is a row that fails its digest. On a full or read-only disk an existing catalog
@@ -583,10 +584,11 @@ class Catalog:
     def delete_checkpoints(self, ids: Sequence[str], *, event: Event | None = None) -> None:
         """Delete these records (ids not present are ignored) and add `event`, in one txn.
         Their record files are set aside first, inside the transaction (a pruned checkpoint
-        never comes back in a rebuild) and removed after the commit; if the transaction
-        raises, each is named back or removed by whether its row is still there (a Ctrl-C
-        can land after the COMMIT). A kill in between leaves them set aside, settled the same
-        way by the next open (reindex.reconcile)."""
+        never comes back in a rebuild) and removed after the commit. If the transaction
+        raises, they are settled as the next open would settle them (`reindex.settle_aside`,
+        under a new write transaction: a Ctrl-C can land after the COMMIT, and another
+        process may prune the same checkpoints meanwhile); a kill leaves them to that open.
+        Once the COMMIT is done, a failure to remove the files leaves them to it as well."""
         if isinstance(ids, str):
             raise TypeError("ids must be a sequence of ids, not one string")
         with self._guard():
@@ -598,12 +600,12 @@ class Catalog:
                     if event is not None:
                         self._insert_event(conn, event)
             except BaseException:
-                with contextlib.suppress(Exception):  # else the next open settles them
-                    kept = reindex.known_names(self._conn)
-                    self.records.restore_pruned([n for n in aside if n in kept])
-                    self.records.drop_pruned([n for n in aside if n not in kept])
+                if aside:
+                    with contextlib.suppress(Exception), self._write() as conn:
+                        reindex.settle_aside(self.records, conn, aside)
                 raise
-            self.records.drop_pruned(aside)
+            with contextlib.suppress(OSError):
+                self.records.drop_pruned(aside)
 
     def tree_roots(self) -> list[ObjectId]:
         """The distinct tree ids of all records of all sessions (GC roots), sorted; every row

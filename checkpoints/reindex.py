@@ -2,10 +2,10 @@
 
 Owns what compares the catalog's rows with the record files (records.py): `reconcile` (at
 every open: settle the records a killed create left pending and those a killed prune set
-aside, refuse a catalog that lacks record files), `unindexed` (which files it lacks, under the write lock), `adopt` (add
-record files' checkpoints, rebuilding a new catalog's tracked paths), `audit` (fsck: every
-row against its file, tolerating damage) and `repair` (fsck --repair: make them agree, the
-sound file winning). The SQL and the transactions are the catalog's (catalog.py); this
+aside, `settle_aside`; refuse a catalog that lacks record files), `unindexed` (which files
+it lacks, under the write lock), `adopt` (add record files' checkpoints, rebuilding a new
+catalog's tracked paths), `audit` (fsck: every row against its file, tolerating damage) and
+`repair` (fsck --repair: make them agree, the sound file winning). The SQL and the transactions are the catalog's (catalog.py); this
 module never touches the object store or the working tree and reads the clock only for the
 event of a rebuild.
 """
@@ -22,7 +22,10 @@ from ckpt.checkpoints.model import CheckpointRecord, Event
 from ckpt.checkpoints.records import BadRecord, Row, parse_row, record_name, row_digest, to_us
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from ckpt.checkpoints.catalog import Catalog
+    from ckpt.checkpoints.records import RecordDir
 
 REPAIR_HINT = "run 'ckpt fsck --repair' to rebuild the catalog from the record files"
 Problem = tuple[str, str]  # (where, what)
@@ -57,10 +60,7 @@ def reconcile(catalog: Catalog) -> None:
                     names.add(name)
                 else:
                     records.discard_pending(name)
-            back = sorted(n for n in pruning if n in committed)
-            records.restore_pruned(back)
-            names.update(back)
-            records.drop_pruned(sorted(pruning - committed))
+            names.update(settle_aside(records, conn, pruning))
     if not names:
         return
     if len(names) > catalog.count():  # or a prune between the listing and the count: again
@@ -68,6 +68,19 @@ def reconcile(catalog: Catalog) -> None:
         if lacking:
             raise CatalogCorrupt(catalog.path, f"{len(lacking)} checkpoint record(s) in "
                                  f"{records.path} are not in the catalog; {REPAIR_HINT}")
+
+
+def settle_aside(records: RecordDir, conn: sqlite3.Connection, aside: Iterable[str]
+                 ) -> list[str]:
+    """Settle record files a prune set aside, in the caller's write transaction (so no prune
+    is between its files and its commit): named back where the row is still there (that
+    prune never committed), removed where it is gone. Returns the names put back."""
+    committed = known_names(conn)
+    names = sorted(set(aside))
+    back = [n for n in names if n in committed]
+    records.restore_pruned(back)
+    records.drop_pruned([n for n in names if n not in committed])
+    return back
 
 
 def unindexed(catalog: Catalog) -> set[str]:
@@ -169,6 +182,7 @@ def repair(catalog: Catalog) -> list[str]:
     Returns what it did, one line per change."""
     records = catalog.records
     with catalog.transaction() as conn:
+        settle_aside(records, conn, records.listing()[2])  # a killed prune's, as an open does
         conn.execute("REINDEX")  # indexes rebuilt from the rows, which are checked below
         done = [f"added checkpoint {i} from its record file" for i in adopt(catalog, conn)]
     for name in sorted(unindexed(catalog)):  # left out by `adopt`: unreadable

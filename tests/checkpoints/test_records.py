@@ -267,6 +267,51 @@ def test_a_prune_that_raises_before_or_after_its_commit_keeps_files_and_rows_tog
         assert catalog.audit()[1] == []
 
 
+def test_a_failed_prune_settles_its_files_by_the_rows_another_process_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prune whose transaction fails while another process prunes the same checkpoint
+    (between the failure and the cleanup): the file goes with the row the other one
+    deleted, instead of coming back without it."""
+    db = str(tmp_path / "catalog.db")
+    with Catalog.open(db) as first:
+        for i in range(2):
+            first.add_checkpoint(_record(f"ckpt-{i}-x", at=T0 + timedelta(seconds=i)))
+        write = first._write
+
+        @contextmanager
+        def failing_before_commit() -> Iterator[Any]:
+            with write() as conn:
+                yield conn
+                raise sqlite3.OperationalError("disk I/O error")
+
+        def other_prune_first() -> Any:
+            with Catalog.open(db) as other:
+                other.delete_checkpoints(["ckpt-0-x"])
+            return write()
+
+        calls = iter([failing_before_commit, other_prune_first])
+        monkeypatch.setattr(first, "_write", lambda: next(calls)())
+        with pytest.raises(sqlite3.OperationalError):
+            first.delete_checkpoints(["ckpt-0-x"])
+        monkeypatch.undo()
+        assert first.records.listing() == ({"ckpt-1-x"}, set(), set())
+    with Catalog.open(db) as catalog:
+        assert [r.id for r in catalog.history(session=None)] == ["ckpt-1-x"]
+        assert catalog.audit()[1] == []
+
+
+def test_repair_settles_what_a_killed_prune_set_aside(tmp_path: Path) -> None:
+    ObjectStore.init(str(tmp_path)).close()
+    db = str(tmp_path / "catalog.db")
+    with Catalog.open(db) as catalog:
+        for i in range(2):
+            catalog.add_checkpoint(_record(f"ckpt-{i}-x", at=T0 + timedelta(seconds=i)))
+        catalog.records.set_aside_pruned(["ckpt-0-x"])  # and killed before its COMMIT
+    assert repair_catalog(tmp_path) == []  # nothing to write: the file is named back
+    with Catalog.open(db) as catalog:
+        assert catalog.records.listing() == ({"ckpt-0-x", "ckpt-1-x"}, set(), set())
+
+
 def test_the_pinned_schema_structure_is_the_schema_s() -> None:
     assert structure_digest(_expected_structure()) == EXPECTED_STRUCTURE
 
