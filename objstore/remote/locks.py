@@ -11,6 +11,9 @@
   without releasing it (kill -9, power loss of a laptop that rebooted).
 - taking one: check the others, write ours, check again (two that raced both see each other;
   each that now conflicts removes its own and refuses), then hold it until release.
+- a release whose delete fails (the remote unreachable at that moment) leaves a lock that
+  goes stale only after STALE_SECONDS while this process lives (a resident server): the
+  key is kept, and this process's next lock of that remote deletes it first.
 """
 
 from __future__ import annotations
@@ -154,16 +157,23 @@ class HeldLock:
 
     def acquire(self) -> None:
         url = self.transport.url
+        _delete_left_behind(self.transport)
         found = conflicting(self.kind, read_locks(self.transport), None, self.clock(),
                             self.host)
         if found is not None:
             raise RemoteLocked(url, found.describe(self.clock()))
-        self._write()
-        found = conflicting(self.kind, read_locks(self.transport), self.key, self.clock(),
-                            self.host)
-        if found is not None:
-            self.transport.delete(self.key)
-            raise RemoteLocked(url, found.describe(self.clock()))
+        try:
+            self._write()
+            found = conflicting(self.kind, read_locks(self.transport), self.key, self.clock(),
+                                self.host)
+            if found is not None:
+                raise RemoteLocked(url, found.describe(self.clock()))
+        except BaseException:  # refused, or a Ctrl-C: ours must not stay behind
+            try:
+                self.transport.delete(self.key)
+            except RemoteError:
+                _LEFT_BEHIND.setdefault(url, set()).add(self.key)
+            raise
         self._thread = threading.Thread(target=self._refresh, name="ckpt-remote-lock",
                                         daemon=True)
         self._thread.start()
@@ -179,4 +189,24 @@ class HeldLock:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.transport.delete(self.key)
+        try:
+            self.transport.delete(self.key)
+        except RemoteError:
+            _LEFT_BEHIND.setdefault(self.transport.url, set()).add(self.key)
+            raise
+
+
+# Keys of this process's locks whose delete failed, by remote URL (see the module docstring).
+_LEFT_BEHIND: dict[str, set[str]] = {}
+
+
+def _delete_left_behind(transport: S3Transport) -> None:
+    keys = _LEFT_BEHIND.get(transport.url)
+    if not keys:
+        return
+    for key in sorted(keys):
+        try:
+            transport.delete(key)
+        except RemoteError:
+            return  # unreachable still: the next lock tries again
+        keys.discard(key)

@@ -163,12 +163,13 @@ class RemoteRepo:
         lock forbids it."""
         held = HeldLock(self._transport, kind, self._clock)
         held.acquire()
-        self._held.append(kind)
-        self._synced = False  # a gc may have run since the last hold
         try:
+            self._held.append(kind)
+            self._synced = False  # a gc may have run since the last hold
             yield
         finally:
-            self._held.remove(kind)
+            if kind in self._held:
+                self._held.remove(kind)
             if not self._held:
                 self._recent.clear()
             try:

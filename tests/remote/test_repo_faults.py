@@ -196,6 +196,23 @@ def test_a_server_killed_mid_session_is_unreachable_then_the_upload_completes(
     assert repo.check(full=True).problems == ()
 
 
+def test_a_lock_whose_release_failed_is_deleted_by_this_process_next_lock(
+        seaweed_own: SeaweedServer, tmp_path: Path) -> None:
+    """A long-lived process (the resident server) whose release met a dead remote: its lock
+    is not stale (the process lives), so its own next lock of that remote deletes it first;
+    an exclusive lock would otherwise be refused by it for STALE_SECONDS."""
+    seaweed_own.raw.create_bucket("own-locks")
+    spec = parse_remote_url("s3://own-locks/repo", endpoint=seaweed_own.endpoint)
+    repo = RemoteRepo.connect(spec, str(tmp_path / "cache"), create=True, timeout=2.0)
+    with repo.lock("shared"):
+        seaweed_own.kill()  # the release cannot delete the lock
+    seaweed_own.start()
+    (left,) = seaweed_own.raw.list_keys("own-locks", "repo/locks/")
+    with repo.lock("exclusive"):
+        assert left not in seaweed_own.raw.list_keys("own-locks", "repo/locks/")
+    assert seaweed_own.raw.list_keys("own-locks", "repo/locks/") == []
+
+
 def test_a_pack_truncated_before_several_wanted_ranges_is_remote_corrupt(
         s3_bucket: Bucket, tmp_path: Path) -> None:
     # Ranges far apart go out as separate GETs; one starting past the truncated end is a 416
