@@ -12,7 +12,9 @@ Owns two small files of a store, both read without importing the remote code:
                               fails for their absence; fsck reports them as remote-only.
 
 Also the per-remote cache directory `<store>/remotes/<NAME>/` (the object layer keeps the
-remote's indexes and record files there). Must not import `ckpt.objstore.remote`, open the
+remote's indexes and record files there), and in it the empty file `pushed` once a push from
+this store to that remote has completed (`mark_pushed`, `has_pushed`: the resident server
+leaves a store's first push to a remote, its whole history, to the client). Must not import `ckpt.objstore.remote`, open the
 catalog or touch a workspace.
 """
 
@@ -185,6 +187,19 @@ def cache_dir(store_dir: str, name: str) -> str:
     path = os.path.join(store_dir, REMOTES_DIR, name)
     os.makedirs(path, exist_ok=True)
     return path
+
+
+_PUSHED = "pushed"
+
+
+def mark_pushed(store_dir: str, name: str) -> None:
+    """Note that a push from this store to remote `name` has completed."""
+    with open(os.path.join(cache_dir(store_dir, name), _PUSHED), "ab"):
+        pass
+
+
+def has_pushed(store_dir: str, name: str) -> bool:
+    return os.path.exists(os.path.join(store_dir, REMOTES_DIR, name, _PUSHED))
 
 
 # -- origins: checkpoints pulled from a remote ------------------------------------------------

@@ -43,6 +43,7 @@ from ckpt.checkpoints.remote_config import (
     RemoteInfo,
     cache_dir,
     choose_remote,
+    mark_pushed,
     read_origins,
     read_remotes,
     update_origins,
@@ -200,6 +201,7 @@ class Remote:
             for session in sorted({r.session for r in todo}):
                 mine = [r for r in todo if r.session == session]
                 repo.update_head(session, lambda old, mine=mine: _merge_head(old, mine))  # type: ignore[misc]
+        mark_pushed(ws.store_dir, self.info.name)
         return PushReport(self.info.name, tuple(r.id for r in todo), present, objects, packs,
                           sent, skipped)
 

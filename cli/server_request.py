@@ -20,10 +20,12 @@ from ckpt.cli.wire import ProtocolError, is_forwarded, parse_request
 # Commands run by the client itself: long work that should not hold the server (bench, gc,
 # fsck, tune; pull and the downloads below, which would hold the server's one executor for as
 # long as a remote takes), a store being made (init), the server's own control, shell
-# completion and the long-lived stdio MCP server. `remote` runs there too. `push` is served:
-# it is the command a harness runs after every turn, where it sends what that turn made (a few
-# KiB) and a process of its own would spend most of its time starting; the client's
-# environment (its AWS credentials) is the request's, never one kept from another request.
+# completion and the long-lived stdio MCP server. `remote` runs there too. `push` is served
+# once this store has pushed to that remote (`_pushed_before`): it is the command a harness
+# runs after every turn, where it sends what that turn made (a few KiB) and a process of its
+# own would spend most of its time starting; a store's first push to a remote (its whole
+# history) runs in the client. The client's environment (its AWS credentials, proxy and CA
+# names) is the request's, never one kept from another request.
 LOCAL_COMMANDS = frozenset({"init", "bench", "gc", "fsck", "tune", "server", "completion", "mcp",
                             "pull", "remote"})
 # Commands that reach a remote when given `--remote`, or (restore, diff, show, cat, undo) when the
@@ -132,7 +134,40 @@ def decline_reason(request: Request, store: str) -> str | None:
         return "store"
     if command in _MAY_FETCH and os.path.exists(os.path.join(store, _REMOTES_FILE)):
         return "local"
+    if command == "push" and not _pushed_before(request, store):
+        return "local"
     return None
+
+
+def _pushed_before(request: Request, store: str) -> bool:
+    """Whether the remote a `push` request names (its first argument when that is a remote's
+    name, else the only remote) has had a push from this store complete. Anything unclear
+    (no such remote, several and none named, a remotes.toml that does not read) is False:
+    the client runs it, and says what is wrong."""
+    from ckpt.checkpoints.errors import CheckpointError
+    from ckpt.checkpoints.remote_config import has_pushed, read_remotes
+
+    try:
+        names = set(read_remotes(store))
+    except (CheckpointError, OSError):
+        return False
+    args = iter(request.argv)
+    for arg in args:  # to the command
+        if arg in _VALUE_OPTIONS:
+            next(args, None)
+        elif arg == "--" or not arg.startswith("-"):
+            if arg == "--":
+                next(args, None)
+            break
+    first = None
+    for arg in args:
+        if arg == "--session":
+            next(args, None)
+        elif not arg.startswith("-"):
+            first = arg
+            break
+    name = first if first in names else (next(iter(names)) if len(names) == 1 else None)
+    return name is not None and has_pushed(store, name)
 
 
 class RequestEnv:

@@ -48,10 +48,14 @@ LOCK_NAME = "lock"
 LOG_NAME = "log"
 
 # The environment a request carries (and the server applies, unsetting CKPT_* names not sent):
-# what the CLI and the library read (AWS_*: a remote's S3 credentials, region and endpoint).
+# what the CLI and the library read (AWS_*: a remote's S3 credentials, region and endpoint;
+# the proxy and CA names: how a served push reaches the remote from the client's network).
 FORWARDED_NAMES = frozenset(("TERM", "COLUMNS", "LINES", "NO_COLOR", "LANG", "PYTHONIOENCODING",
                              "HOME", "TZ", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM",
-                             "GIT_CONFIG_NOSYSTEM", "CLAUDE_PROJECT_DIR"))
+                             "GIT_CONFIG_NOSYSTEM", "CLAUDE_PROJECT_DIR",
+                             "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy",
+                             "https_proxy", "all_proxy", "no_proxy", "SSL_CERT_FILE",
+                             "SSL_CERT_DIR"))
 FORWARDED_PREFIXES = ("CKPT_", "LC_", "XDG_", "AWS_")
 
 _SUN_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL on Linux (104 on BSDs)

@@ -87,7 +87,8 @@ def test_decode_round_trips_what_the_client_sends() -> None:
 
 
 names = st.sampled_from(["CKPT_ROOT", "CKPT_LOG", "CKPT_X", "TERM", "LANG", "LC_ALL", "COLUMNS",
-                         "NO_COLOR", "XDG_DATA_HOME", "HOME", "TZ"])
+                         "NO_COLOR", "XDG_DATA_HOME", "HOME", "TZ", "AWS_PROFILE", "HTTPS_PROXY",
+                         "no_proxy", "SSL_CERT_FILE"])
 
 
 @seed(24)
@@ -99,7 +100,8 @@ def test_a_request_sees_exactly_the_client_env_and_the_server_gets_its_own_back(
     before = dict(os.environ)
     try:
         for name in ("CKPT_ROOT", "CKPT_LOG", "CKPT_X", "TERM", "LANG", "LC_ALL", "COLUMNS",
-                     "NO_COLOR", "XDG_DATA_HOME", "HOME", "TZ", "CKPT_SERVER"):
+                     "NO_COLOR", "XDG_DATA_HOME", "HOME", "TZ", "CKPT_SERVER", "AWS_PROFILE",
+                     "HTTPS_PROXY", "no_proxy", "SSL_CERT_FILE"):
             os.environ.pop(name, None)
         os.environ.update(server)
         os.environ["PATH_LIKE_OTHER"] = "kept"

@@ -112,6 +112,8 @@ def test_resident_server_killed_mid_push_then_the_next_push_completes(
     seaweed_own.raw.create_bucket(bucket.name)
     m = r.machine(base, "a", bucket)
     _workspace(m, rng)
+    m.create("base")
+    m.ok("push", r.REMOTE)  # the store's first push runs in the client; the next are served
     server_kills = weed_kills = 0
     try:
         for stage in r.kill_stages(m, rng, 2 * ATTEMPTS):
