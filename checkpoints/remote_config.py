@@ -199,7 +199,13 @@ def mark_pushed(store_dir: str, name: str) -> None:
 
 
 def has_pushed(store_dir: str, name: str) -> bool:
+    """Whether a push from this store to remote `name` has completed (`mark_pushed`)."""
     return os.path.exists(os.path.join(store_dir, REMOTES_DIR, name, _PUSHED))
+
+
+def remote_names(store_dir: str) -> list[str]:
+    """The configured remotes' names, sorted (ConfigError if remotes.toml does not read)."""
+    return sorted(read_remotes(store_dir))
 
 
 # -- origins: checkpoints pulled from a remote ------------------------------------------------

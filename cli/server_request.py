@@ -144,11 +144,10 @@ def _pushed_before(request: Request, store: str) -> bool:
     name, else the only remote) has had a push from this store complete. Anything unclear
     (no such remote, several and none named, a remotes.toml that does not read) is False:
     the client runs it, and says what is wrong."""
-    from ckpt.checkpoints.errors import CheckpointError
-    from ckpt.checkpoints.remote_config import has_pushed, read_remotes
+    from ckpt.checkpoints import CheckpointError, has_pushed, remote_names
 
     try:
-        names = set(read_remotes(store))
+        names = set(remote_names(store))
     except (CheckpointError, OSError):
         return False
     args = iter(request.argv)
