@@ -118,7 +118,7 @@ def test_resident_server_killed_mid_push_then_the_next_push_completes(
     m.ok("push", r.REMOTE)  # the store's first push runs in the client; the next are served
     server_kills = weed_kills = 0
     try:
-        for stage in r.kill_stages(m, rng, 2 * ATTEMPTS):
+        for stage in r.kill_stages(m, rng, ATTEMPTS):
             kill_weed = weed_kills < server_kills  # alternate, the resident server's first
             with servers.running_server(m.store, h.env(), cwd=m.root) as server:
                 m.served = True
