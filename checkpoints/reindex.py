@@ -5,9 +5,9 @@ every open: settle the records a killed create left pending and those a killed p
 aside, `settle_aside`; refuse a catalog that lacks record files), `unindexed` (which files
 it lacks, under the write lock), `adopt` (add record files' checkpoints, rebuilding a new
 catalog's tracked paths), `audit` (fsck: every row against its file, tolerating damage) and
-`repair` (fsck --repair: make them agree, the sound file winning). The SQL and the transactions are the catalog's (catalog.py); this
-module never touches the object store or the working tree and reads the clock only for the
-event of a rebuild.
+`repair` (fsck --repair: make them agree, the sound file winning). The SQL and the
+transactions are the catalog's (catalog.py); this module never touches the object store or
+the working tree and reads the clock only for the event of a rebuild.
 """
 
 from __future__ import annotations

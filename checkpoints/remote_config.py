@@ -14,8 +14,8 @@ Owns two small files of a store, both read without importing the remote code:
 Also the per-remote cache directory `<store>/remotes/<NAME>/` (the object layer keeps the
 remote's indexes and record files there), and in it the empty file `pushed` once a push from
 this store to that remote has completed (`mark_pushed`, `has_pushed`: the resident server
-leaves a store's first push to a remote, its whole history, to the client). Must not import `ckpt.objstore.remote`, open the
-catalog or touch a workspace.
+leaves a store's first push to a remote, its whole history, to the client). Must not import
+`ckpt.objstore.remote`, open the catalog or touch a workspace.
 """
 
 from __future__ import annotations
