@@ -5,11 +5,11 @@ anything in the workspace changes. Two layouts: numbered names in one flat direc
 and the plan's own paths below a new private directory (`stage_tree`, for a restore into a
 new directory, whose top-level entries are then moved as wholes).
 
-Decoding and writing overlap: the caller's thread decodes and verifies contents blob after
-blob (`ObjectStore.get_many`, whose blocks are decompressed ahead on a thread of the store's)
-into batches, and one writer thread creates and fills a batch's files while the next batch is
-decoded (the native `write_files` of `_fsops.c`, without the GIL), so that decompression,
-hashing and the kernel's file creation run side by side. At most `WRITING_BATCHES`
+Decoding and writing overlap: the caller's thread decodes contents blob after blob
+(`ObjectStore.get_many`, whose blocks are decompressed ahead on threads of the store's) into
+batches, and one writer thread verifies each content by its hash, then creates and fills its
+file, while the next batch is decoded (the native `write_files` of `_fsops.c`, without the
+GIL), so that decompression, hashing and the kernel's file creation run side by side. At most `WRITING_BATCHES`
 are handed over and not yet written, and one is being filled, which bounds the memory held.
 A content over `WHOLE_CONTENT` is streamed from the store on the caller's thread instead.
 Without the native extension each file is written on the caller's thread as it is decoded.
@@ -198,20 +198,19 @@ class _Stager:
             else:
                 for write, name in files:
                     self.stage(write, name)
-        # The native writer verifies what it writes (without the GIL), so this thread does not.
-        verify = not self.writer.verifies
+        # The writer verifies each content before it writes it (the native one on its thread,
+        # without the GIL), so it is not hashed here as well.
         with closing(self.store.get_many(((oid, stored) for oid, stored, _ in whole),
-                                         verify=verify)) as contents:
+                                         verify=False)) as contents:
             for (oid, _, files), content in zip(whole, contents, strict=True):
-                unverified = None if verify else oid
                 for write, name in files:
-                    self.stage(write, name, content, unverified)
+                    self.stage(write, name, content, oid)
 
     def stage(self, write: FileWrite, name: bytes, content: bytes | None = None,
               unverified: ObjectId | None = None) -> None:
         """Write `write`'s file or symlink as `name` (relative to the staging directory);
         `content`: the file's, if the caller has decoded it already; `unverified`: its id, if
-        the writer is to verify it (`_Writer.verifies`) before writing."""
+        that content is not verified yet (the writer verifies it before it writes it)."""
         writer = self.writer
         try:
             entry = write.entry
@@ -301,11 +300,6 @@ class _Writer:
                       else ThreadPoolExecutor(1, thread_name_prefix="ckpt-staging"))
         self._writing: deque[tuple[list[NewFile], Future[tuple[int, int] | None]]] = deque()
         self._dirs: Future[tuple[int, int] | None] | None = None
-
-    @property
-    def verifies(self) -> bool:
-        """Whether `add` verifies a content given with its id (the native writer hashes it)."""
-        return self._pool is not None
 
     def make_dirs(self, paths: Iterable[bytes]) -> None:
         """Make the directories `paths` (relative to the staging directory, each after its

@@ -150,10 +150,9 @@ def test_the_native_writer_writes_a_content_only_under_its_own_id(
 
 def test_a_content_that_is_not_its_id_is_caught_before_it_is_written(
         ws: Path, cp: Checkpoints, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """With the native writer the staging thread does not hash what it decodes: the writer
-    does, and a content that decoded wrong is CorruptObject naming it, its file never made."""
-    if staging._native_write_files is None:
-        pytest.skip("the native extension is not built")
+    """The staging thread does not hash what it decodes: the writer does (the native one on
+    its thread, else on the caller's), and a content that decoded wrong is CorruptObject
+    naming it, its file never made."""
     _fill(ws, random.Random(5), 20)
     record = cp.create()
     objects = cp._ws.objects
