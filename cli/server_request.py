@@ -59,29 +59,27 @@ class Request:
         return cls(text, tuple(os.fsdecode(a) for a in args),
                    {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()})
 
-    def command(self) -> str | None:
-        """The subcommand's name (the first argument that is no global option), or None."""
+    def split(self) -> tuple[str | None, list[str]]:
+        """The subcommand's name (the first argument that is no global option), or None, and
+        the arguments after it."""
         args = iter(self.argv)
         for arg in args:
             if arg == "--":
-                return next(args, None)
+                return next(args, None), list(args)
             if arg in _VALUE_OPTIONS:
                 next(args, None)
             elif not arg.startswith("-"):
-                return arg
-        return None
+                return arg, list(args)
+        return None, []
+
+    def command(self) -> str | None:
+        return self.split()[0]
 
     def follows(self) -> bool:
         """`events --follow`: it runs until the client's Ctrl-C, so it must not hold the
         server's one executor (a value that reads `-f` only costs a local run)."""
-        args = iter(self.argv)
-        for arg in args:
-            if arg in _VALUE_OPTIONS:
-                next(args, None)
-            elif arg == "--" or not arg.startswith("-"):
-                command = next(args, None) if arg == "--" else arg
-                return command == "events" and any(a in ("--follow", "-f") for a in args)
-        return False
+        command, args = self.split()
+        return command == "events" and any(a in ("--follow", "-f") for a in args)
 
     def option(self, name: str) -> str | None:
         """The value of global option `name` (`--root X` or `--root=X`) before the command,
@@ -150,14 +148,7 @@ def _pushed_before(request: Request, store: str) -> bool:
         names = set(remote_names(store))
     except (CheckpointError, OSError):
         return False
-    args = iter(request.argv)
-    for arg in args:  # to the command
-        if arg in _VALUE_OPTIONS:
-            next(args, None)
-        elif arg == "--" or not arg.startswith("-"):
-            if arg == "--":
-                next(args, None)
-            break
+    args = iter(request.split()[1])
     first = None
     for arg in args:
         if arg == "--session":
