@@ -43,7 +43,6 @@ class HeapTrim:
         self.growth = growth
         self.trim = _malloc_trim()
         self.baseline = _resident_bytes()
-        self.trims = 0
 
     def after_request(self) -> int | None:
         """Trim if the process grew past the baseline by `growth`: the resident bytes after
@@ -55,6 +54,5 @@ class HeapTrim:
             self.baseline = min(self.baseline, now)
             return None
         self.trim(0)
-        self.trims += 1
         self.baseline = _resident_bytes() or now
         return self.baseline

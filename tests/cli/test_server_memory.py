@@ -40,7 +40,7 @@ def test_a_request_that_grew_the_heap_is_trimmed_back() -> None:
         after = _resident_bytes()
         assert trimmed is not None and after is not None
         assert before - after >= CHUNK * CHUNKS // 2, (before >> 20, after >> 20)
-        assert heap.trims == 1 and trimmed <= after + (1 << 20)
+        assert trimmed <= after + (1 << 20)
         assert heap.after_request() is None  # no growth since: no second trim
     finally:
         libc.free(chunks[-1])
@@ -50,4 +50,3 @@ def test_no_trim_below_the_threshold() -> None:
     _libc()
     heap = HeapTrim(growth=1 << 40)
     assert heap.after_request() is None
-    assert heap.trims == 0
