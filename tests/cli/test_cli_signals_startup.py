@@ -4,8 +4,8 @@ spawning `python -m ckpt list` and the `ckpt` console script.
 
 What no program can catch is not held against ckpt: a SIGINT before Python's own start-up is
 done (the interpreter reports "Fatal Python error: init_..." or "Could not import runpy
-module" itself, or dies of the signal
-before it installed its handler), or while Python imports the `ckpt` package itself or runs
+module" itself, or dies of the signal before it installed its handler, or `site` reports it
+from a .pth file and goes on), or while Python imports the `ckpt` package itself or runs
 the first line of an entry module (`ckpt/__init__.py`, `ckpt/__main__.py`,
 `ckpt/cli/__init__.py`: kept to a few statements for that reason). Any frame of another ckpt
 module in a traceback fails the test.
@@ -33,6 +33,7 @@ ENTRY_FILES = {"__init__.py", "__main__.py", "cli/__init__.py"}
 # How Python itself reports a SIGINT before it could run `-m ckpt` or the script.
 INTERPRETER_FAILURES = ("Fatal Python error: init_", "Could not import runpy module",
                         "python: failed to set __main__.__loader__")
+SITE_PTH_ERROR = re.compile(r"Error processing line \d+ of .+\.pth:\n")
 FRAME = re.compile(r'^  File "([^"]+)", line \d+, in (\S+)$', re.MULTILINE)
 
 
@@ -47,6 +48,12 @@ def judge(code: int, stderr: str) -> str:
     """One outcome's kind; raises when ckpt let a traceback out or exited otherwise."""
     if stderr.startswith(INTERPRETER_FAILURES):
         return "interpreter start-up"
+    if SITE_PTH_ERROR.match(stderr):
+        # Python's `site` caught it while running a .pth file (the editable install's
+        # finder), printed it and went on: the command then ran, or, without the finder,
+        # Python could not find ckpt at all.
+        assert code == 0 or (code == 1 and "No module named" in stderr), (code, stderr)
+        return "dropped by Python's site"
     if code == 1 and stderr == "KeyboardInterrupt\n":
         # Raised in Python's C start-up before the script's first line (no frame, so no
         # traceback): the interpreter prints the bare name and exits 1.
