@@ -97,12 +97,15 @@ static PyObject *empty_dir(PyObject *self, PyObject *args) {
     return PyLong_FromLong(err);
 }
 
-/* One file of a batch: its name in the directory, its content, the mode it is created with,
- * whether that mode is then set exactly (the umask may have taken bits away), and the id
- * its content must hash to (when `check`). */
+/* One file of a batch: its name in the directory, its content (`length` bytes at `start` in
+ * `data`: a block's member is written from the block without a copy), the mode it is created
+ * with, whether that mode is then set exactly (the umask may have taken bits away), and the
+ * id its content must hash to (when `check`). */
 typedef struct {
     const char *name;
     Py_buffer data;
+    Py_ssize_t start;
+    Py_ssize_t length;
     mode_t mode;
     int exact;
     int check;
@@ -117,15 +120,15 @@ static int write_one(int dir_fd, const NewFile *f, const struct timespec times[2
         blake3_hasher hasher;
         uint8_t digest[BLAKE3_OUT_LEN];
         blake3_hasher_init(&hasher);
-        blake3_hasher_update(&hasher, f->data.buf, (size_t)f->data.len);
+        blake3_hasher_update(&hasher, (const char *)f->data.buf + f->start, (size_t)f->length);
         blake3_hasher_finalize(&hasher, digest, BLAKE3_OUT_LEN);
         if (memcmp(digest, f->oid, BLAKE3_OUT_LEN) != 0) return NOT_ITS_ID;
     }
     int fd = openat(dir_fd, f->name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
                     f->mode);
     if (fd < 0) return errno;
-    const char *at = f->data.buf;
-    Py_ssize_t left = f->data.len;
+    const char *at = (const char *)f->data.buf + f->start;
+    Py_ssize_t left = f->length;
     int err = 0;
     while (left > 0 && !err) {
         ssize_t n = write(fd, at, (size_t)left);
@@ -157,11 +160,15 @@ static PyObject *write_files(PyObject *self, PyObject *args) {
         unsigned int mode;
         const char *oid = NULL;
         Py_ssize_t oid_len = 0;
-        if (!PyArg_ParseTuple(item, "yy*Ipz#", &f->name, &f->data, &mode, &f->exact, &oid,
-                              &oid_len)) {
+        if (!PyArg_ParseTuple(item, "yy*nnIpz#", &f->name, &f->data, &f->start, &f->length,
+                              &mode, &f->exact, &oid, &oid_len)) {
             goto done;
         }
         ready++;  /* its buffer is held: released below */
+        if (f->start < 0 || f->length < 0 || f->start > f->data.len - f->length) {
+            PyErr_SetString(PyExc_ValueError, "a content lies outside its buffer");
+            goto done;
+        }
         f->mode = (mode_t)mode;
         if (oid != NULL) {
             if (oid_len != BLAKE3_OUT_LEN) {
@@ -205,11 +212,13 @@ static PyMethodDef methods[] = {
      "`dst_dir_fd`) atomically; both must exist. OSError as renameat2 reports it (EINVAL or\n"
      "ENOSYS where the file system or the system cannot exchange)."},
     {"write_files", write_files, METH_VARARGS,
-     "write_files(dir_fd: int, items: list[tuple[bytes, Buffer, int, bool, bytes | None]],\n"
+     "write_files(dir_fd: int,\n"
+     "            items: list[tuple[bytes, Buffer, int, int, int, bool, bytes | None]],\n"
      "            stamp_ns: int) -> tuple[int, int] | None\n"
-     "For each (name, content, mode, exact, oid) in order, without the GIL: if `oid` is given,\n"
-     "hash `content` (BLAKE3) and stop unless it is `oid`; create `name` in `dir_fd` (O_EXCL,\n"
-     "no symlink followed) with `mode` (less the umask), write `content`, set `mode` exactly\n"
+     "For each (name, buffer, start, length, mode, exact, oid) in order, without the GIL, the\n"
+     "content being `length` bytes at `start` in `buffer`: if `oid` is given, hash the\n"
+     "content (BLAKE3) and stop unless it is `oid`; create `name` in `dir_fd` (O_EXCL, no\n"
+     "symlink followed) with `mode` (less the umask), write the content, set `mode` exactly\n"
      "if `exact`, and date it `stamp_ns` (access and modification). None when every file was\n"
      "written, else (index, errno) of the first that failed, errno -1 for a content that is\n"
      "not its id (its file not created): the files before it are complete, that one may\n"

@@ -6,12 +6,14 @@ and the plan's own paths below a new private directory (`stage_tree`, for a rest
 new directory, whose top-level entries are then moved as wholes).
 
 Decoding and writing overlap: the caller's thread decodes contents blob after blob
-(`ObjectStore.get_many`, whose blocks are decompressed ahead on threads of the store's) into
-batches, and one writer thread verifies each content by its hash, then creates and fills its
-file, while the next batch is decoded (the native `write_files` of `_fsops.c`, without the
-GIL), so that decompression, hashing and the kernel's file creation run side by side. At most `WRITING_BATCHES`
-are handed over and not yet written, and one is being filled, which bounds the memory held.
-A content over `WHOLE_CONTENT` is streamed from the store on the caller's thread instead.
+(`ObjectStore.get_many_slices`, whose blocks are decompressed ahead on threads of the store's;
+a block's members are handed over as slices of its content, not copies) into batches, and one
+writer thread verifies each content by its hash, then creates and fills its file, while the
+next batch is decoded (the native `write_files` of `_fsops.c`, without the GIL), so that
+decompression, hashing and the kernel's file creation run side by side. At most
+`WRITING_BATCHES` are handed over and not yet written, and one is being filled, which bounds
+the memory held. A content over `WHOLE_CONTENT` is streamed from the store on the caller's
+thread instead.
 Without the native extension each file is written on the caller's thread as it is decoded.
 
 A new tree's directories are the writer's first task (`_Writer.make_dirs`), made while the
@@ -45,7 +47,7 @@ from ckpt.checkpoints.restore import (
     restored_mode,
 )
 from ckpt.checkpoints.scan import ProgressFn
-from ckpt.objstore import CorruptObject, EntryKind, ObjectId, ObjectStore, hash_bytes
+from ckpt.objstore import CorruptObject, EntryKind, ObjectId, ObjectStore, Slice, hash_bytes
 from ckpt.objstore.native import load_native
 
 if TYPE_CHECKING:
@@ -69,9 +71,10 @@ BATCH_BYTES = 4 << 20
 # the other when one batch costs more than the next (large files, a slow fetch).
 WRITING_BATCHES = 3
 
-# name, content, mode, set the mode exactly, the id to verify the content against before it
-# is written (None: verified already)
-NewFile = tuple[bytes, bytes, int, bool, ObjectId | None]
+# name, the buffer that holds the content, where in it the content starts and its length (a
+# block member's is written from the block's content without a copy), mode, set the mode
+# exactly, the id to verify the content against before it is written (None: verified already)
+NewFile = tuple[bytes, bytes, int, int, int, bool, ObjectId | None]
 # A blob to stage: its id, its envelope if the caller has it (a fetch's), and its files with
 # the names they are staged as.
 Blob = tuple[ObjectId, bytes | None, list[tuple[FileWrite, bytes]]]
@@ -188,7 +191,7 @@ class _Stager:
     def stage_blobs(self, blobs: list[Blob]) -> None:
         """Write the files of each blob of `blobs` (an envelope in hand is decoded without
         reading it from the store again). The blobs are decoded in order
-        (`ObjectStore.get_many`: their blocks read ahead); a content over WHOLE_CONTENT is
+        (`ObjectStore.get_many_slices`: their blocks read ahead); a content over WHOLE_CONTENT is
         streamed instead."""
         whole: list[Blob] = []
         for blob in blobs:
@@ -200,17 +203,29 @@ class _Stager:
                     self.stage(write, name)
         # The writer verifies each content before it writes it (the native one on its thread,
         # without the GIL), so it is not hashed here as well.
-        with closing(self.store.get_many(((oid, stored) for oid, stored, _ in whole),
-                                         verify=False)) as contents:
-            for (oid, _, files), content in zip(whole, contents, strict=True):
-                for write, name in files:
-                    self.stage(write, name, content, oid)
+        # `stage` for these files, inline: a restore of a source tree makes this loop's body
+        # once per file, tens of thousands of times.
+        mask = self.mask
+        add = self.writer.add
+        name = b""
+        with closing(self.store.get_many_slices((oid, stored) for oid, stored, _ in whole)
+                     ) as contents:
+            try:
+                for (oid, _, files), (data, start, length) in zip(whole, contents, strict=True):
+                    for write, name in files:
+                        mode = restored_mode(write.entry, mask)
+                        add((name, data, start, length, mode, bool(mode & mask), oid))
+                    self._count(len(files))
+            except OSError as exc:
+                self._rename(exc, name)
+                raise
 
-    def stage(self, write: FileWrite, name: bytes, content: bytes | None = None,
+    def stage(self, write: FileWrite, name: bytes, content: Slice | None = None,
               unverified: ObjectId | None = None) -> None:
         """Write `write`'s file or symlink as `name` (relative to the staging directory);
-        `content`: the file's, if the caller has decoded it already; `unverified`: its id, if
-        that content is not verified yet (the writer verifies it before it writes it)."""
+        `content`: the file's (a buffer, and where in it), if the caller has decoded it
+        already; `unverified`: its id, if that content is not verified yet (the writer
+        verifies it before it writes it)."""
         writer = self.writer
         try:
             entry = write.entry
@@ -223,21 +238,32 @@ class _Stager:
                 # Created with `mode` less the umask: never more than it may have, even for a
                 # moment; then given `mode` exactly if the umask took bits away.
                 exact = bool(mode & self.mask)
-                if content is not None or entry.size <= WHOLE_CONTENT:
-                    if content is None:
-                        content = self.store.get_bytes(entry.oid)
-                    writer.add((name, content, mode, exact, unverified))
+                if content is not None:
+                    writer.add((name, *content, mode, exact, unverified))
+                elif entry.size <= WHOLE_CONTENT:
+                    data = self.store.get_bytes(entry.oid)
+                    writer.add((name, data, 0, len(data), mode, exact, None))
                 else:
                     writer.dirs_made()
                     _stream(self.store, entry.oid, writer.dir_fd, name, mode, exact, self.stamp)
         except OSError as exc:
-            if exc.filename not in (None, name):
-                raise
-            # Named by its place, not by the name relative to the staging directory.
+            self._rename(exc, name)
+            raise
+        self._count(1)
+
+    def _rename(self, exc: OSError, name: bytes) -> None:
+        """Raise `exc`, an error of the staged file `name`, as one that names the file by its
+        place, not by its name relative to the staging directory; return if `exc` names
+        another file."""
+        if exc.filename in (None, name):
             where = os.fsdecode(self.staging + b"/" + name)
             raise OSError(exc.errno, exc.strerror, where) from exc
-        self.done += 1
-        if self.progress is not None and self.done % 256 == 0:
+
+    def _count(self, files: int) -> None:
+        """Count `files` more staged, telling `progress` every 256."""
+        before = self.done
+        self.done += files
+        if self.progress is not None and self.done // 256 != before // 256:
             self.progress("restore", self.done, self.total)
 
 
@@ -248,12 +274,12 @@ def create_new(dir_fd: int, name: bytes, mode: int) -> int:
 
 def write_new(dir_fd: int, new: NewFile, stamp: int) -> None:
     """Create and fill one staged file on the caller's thread (as `write_files` does)."""
-    name, data, mode, exact, oid = new
-    if oid is not None and hash_bytes(data) != oid:
+    name, data, start, length, mode, exact, oid = new
+    view = memoryview(data)[start:start + length]
+    if oid is not None and hash_bytes(view) != oid:
         raise CorruptObject(oid, "content does not match its id")
     fd = create_new(dir_fd, name, mode)
     try:
-        view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
         if exact:
@@ -322,7 +348,7 @@ class _Writer:
             write_new(self.dir_fd, new, self.stamp)
             return
         self._batch.append(new)
-        self._bytes += len(new[1])
+        self._bytes += new[3]
         if len(self._batch) >= BATCH_FILES or self._bytes >= BATCH_BYTES:
             self._hand_over()
 
@@ -342,7 +368,7 @@ class _Writer:
         failed = done.result()
         if failed is not None:
             index, err = failed
-            oid = batch[index][4]
+            oid = batch[index][6]
             if err == _NOT_ITS_ID and oid is not None:
                 raise CorruptObject(oid, "content does not match its id")
             path = self.staging + b"/" + batch[index][0]

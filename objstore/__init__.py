@@ -17,7 +17,7 @@ from ckpt.objstore.errors import (
 )
 from ckpt.objstore.ids import ObjectId, hash_bytes, oid_hex, parse_oid
 from ckpt.objstore.objects import EntryKind, Tree, TreeEntry, make_entry
-from ckpt.objstore.store import FileState, ObjectStore, PutResult, StoreOptions
+from ckpt.objstore.store import FileState, ObjectStore, PutResult, Slice, StoreOptions
 
 __all__ = [
     "ContentChanged",
@@ -30,6 +30,7 @@ __all__ = [
     "ObjectStore",
     "ObjstoreError",
     "PutResult",
+    "Slice",
     "StoreNotFound",
     "StoreOptions",
     "StoreWriteError",

@@ -92,8 +92,11 @@ class BulkBackend(Backend, Protocol):
         if it was stored since by another writer that the backend sees."""
         ...
 
-    def put_absent_many(self, objects: Sequence[tuple[ObjectId, bytes]]) -> list[bool]:
-        """`put_absent` of each object, in order: the same results as one call each."""
+    def put_absent_many(self, objects: Sequence[tuple[ObjectId, bytes]],
+                        crcs: Sequence[int] | None = None) -> list[bool]:
+        """`put_absent` of each object, in order: the same results as one call each. `crcs`:
+        each object's record crc (`packfile.record_crc`), which a caller that has checked
+        them (a fetch, from the remote's records) gives so they are not computed again."""
         ...
 
 

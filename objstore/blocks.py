@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from ckpt.objstore import codec
 from ckpt.objstore.backend import Backend
 from ckpt.objstore.errors import CorruptObject, ObjectNotFound
-from ckpt.objstore.ids import ObjectId
+from ckpt.objstore.ids import OID_SIZE, ObjectId
 
 # Raw bytes of a block: zstd's window spans it whole; past this size a block saves little more
 # (bench/storage.py) and a read of one member decompresses up to all of it.
@@ -136,12 +136,19 @@ def read_member(backend: Backend, cache: BlockCache, block: ObjectId, offset: in
     past that prefix decompresses the whole block, so a read in block order decompresses each
     block at most twice."""
     end = offset + length
+    return block_content(backend, cache, block, end, oid)[offset:end]
+
+
+def block_content(backend: Backend, cache: BlockCache, block: ObjectId, end: int,
+                  oid: ObjectId | None) -> bytes:
+    """`block`'s content up to `end` at least (the member `oid` ends there), from `cache` or
+    decompressed into it (see `read_member`)."""
     known = cache.get(block)
     if known is not None and len(known) >= end:
-        return known[offset:end]
+        return known
     content = _content(backend, block, end, oid, whole=known is not None)
     cache.put(block, content)
-    return content[offset:end]
+    return content
 
 
 def _content(backend: Backend, block: ObjectId, end: int, oid: ObjectId | None, *,
@@ -185,6 +192,7 @@ def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[Object
     # of decompressing the block on the caller's thread once the cache has dropped it.
     recent: OrderedDict[ObjectId, Future[bytes | None]] = OrderedDict()
     unused: set[ObjectId] = set()  # blocks asked for that no member given back has used yet
+    cached: ObjectId | None = None  # the block last put in the cache (its members come in a row)
     held = 0
     exhausted = False
     with ThreadPoolExecutor(AHEAD_THREADS, thread_name_prefix="ckpt-blocks") as pool:
@@ -196,7 +204,7 @@ def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[Object
                         exhausted = True
                         break
                     oid, stored = item
-                    block = _block_of(oid, stored)
+                    block = _block_of(stored)
                     future = None
                     if block is not None:
                         future = recent.get(block)
@@ -215,24 +223,27 @@ def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[Object
                 held -= len(stored)
                 if block is not None and future is not None:
                     unused.discard(block)
-                    content = future.result()
-                    if content is not None:
-                        cache.put(block, content)  # each time: the cache may have dropped it
+                    if block != cached:
+                        content = future.result()
+                        if content is not None:
+                            # Again for each run of its members: the cache may have dropped it.
+                            cache.put(block, content)
+                            cached = block
                 yield oid, stored
         finally:
             for future in recent.values():
                 future.cancel()
 
 
-def _block_of(oid: ObjectId, stored: bytes) -> ObjectId | None:
+_BLOCK_ID_END = codec.HEADER_SIZE + OID_SIZE
+
+
+def _block_of(stored: bytes) -> ObjectId | None:
     """The block a member's envelope names; None for another envelope, or a damaged one (its
     own read says why)."""
-    if len(stored) <= codec.HEADER_SIZE or stored[4] != codec.CODEC_BLOCK:
+    if len(stored) < _BLOCK_ID_END or stored[4] != codec.CODEC_BLOCK:
         return None
-    try:
-        return codec.envelope_refs(stored, oid)[0]
-    except CorruptObject:
-        return None
+    return ObjectId(bytes(stored[codec.HEADER_SIZE:_BLOCK_ID_END]))
 
 
 def _whole_or_none(backend: Backend, block: ObjectId) -> bytes | None:

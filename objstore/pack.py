@@ -401,14 +401,16 @@ class PackedBackend:
         with self._lock:
             return self._append(self._loaded(), oid, stored, crc)
 
-    def put_absent_many(self, objects: Sequence[tuple[ObjectId, bytes]]) -> list[bool]:
+    def put_absent_many(self, objects: Sequence[tuple[ObjectId, bytes]],
+                        crcs: Sequence[int] | None = None) -> list[bool]:
         """`put_absent` of each object, in order, with one lock round for the batch (a first
         snapshot writes tens of thousands of small objects: the per-call overhead counts)."""
         large = self.large_object
         if self._loose_left > 0 or any(len(stored) > large for _, stored in objects):
             return [self._put_new(oid, stored) for oid, stored in objects]
-        record_crc = packfile.record_crc
-        crcs = [record_crc(oid, stored) for oid, stored in objects]
+        if crcs is None:
+            record_crc = packfile.record_crc
+            crcs = [record_crc(oid, stored) for oid, stored in objects]
         with self._lock:
             table = self._loaded()
             append = self._append

@@ -41,6 +41,9 @@ from ckpt.objstore.objects import Tree
 from ckpt.objstore.pack import PACKS_DIR, PackedBackend
 from ckpt.objstore.safeopen import check_directories, open_file
 
+# A content as a buffer that holds it, where in the buffer it starts, and its length.
+Slice = tuple[bytes, int, int]
+
 FORMAT_VERSION = 3
 # Format 1 never holds a dictionary or delta object (codec 2 or 3), format 2 never a block
 # member (codec 4); such a store is read as it is and raised by the first write of one
@@ -355,14 +358,40 @@ class ObjectStore:
         has it (a fetch's), else None (read from the store). For a caller that reads many
         objects in a row (a restore): the blocks their members name are decompressed ahead on
         threads (`blocks.read_ahead`). Each content is verified by its hash, unless `verify`
-        is False: then the caller hashes each before it uses it (a restore's staging does, on
-        its writer thread, before it writes the file)."""
+        is False: then the caller hashes each before it uses it."""
+        for oid, data, start, length in self._slices(items):
+            if start or length != len(data):
+                data = data[start:start + length]
+            yield self._verified(oid, data) if verify else data
+
+    def get_many_slices(self, items: Iterable[tuple[ObjectId, bytes | None]]
+                        ) -> Generator[Slice, None, None]:
+        """`get_many(items, verify=False)` with each content as a `Slice`: a block member's
+        is its block's content (shared by its members, not copied) and the member's place in
+        it. Not verified: the caller hashes each content before it uses it (a restore's
+        staging does, on its writer thread, before it writes the file)."""
+        for _, data, start, length in self._slices(items):
+            yield data, start, length
+
+    def _slices(self, items: Iterable[tuple[ObjectId, bytes | None]]
+                ) -> Iterator[tuple[ObjectId, bytes, int, int]]:
         backend = self.backend
+        cache = self._blocks
         envelopes = ((oid, backend.get(oid) if stored is None else stored)
                      for oid, stored in items)
-        for oid, stored in blocks.read_ahead(backend, self._blocks, envelopes):
-            data = codec.decode_object(stored, oid, refs=self)
-            yield self._verified(oid, data) if verify else data
+        block_codec = codec.CODEC_BLOCK
+        last: ObjectId | None = None
+        content = b""
+        for oid, stored in blocks.read_ahead(backend, cache, envelopes):
+            if len(stored) > codec.HEADER_SIZE and stored[4] == block_codec:
+                block, offset, length = codec.member_header(stored, oid)
+                if block != last or len(content) < offset + length:
+                    content = blocks.block_content(backend, cache, block, offset + length, oid)
+                    last = block
+                yield oid, content, offset, length
+            else:
+                data = codec.decode_object(stored, oid, refs=self)
+                yield oid, data, 0, len(data)
 
     def get_bytes_from(self, oid: ObjectId, stored: bytes) -> bytes:
         """`get_bytes` of `oid` from its envelope `stored`, which the caller has read or

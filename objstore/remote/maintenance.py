@@ -142,6 +142,6 @@ def _rewrite(transport: S3Transport, index: RemoteIndex, key: str, kept: list[En
     spans = plan_spans(kept)
     parts = transport.get_ranges(key, [(s.start, s.length) for s in spans])
     for span, part in zip(spans, parts):
-        for oid, stored in iter_records(key, span, part):
+        for oid, stored, _ in iter_records(key, span, part):
             builder.append(oid, stored, codec.envelope_refs(stored, oid))
     return send_pack(builder)

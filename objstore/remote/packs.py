@@ -93,13 +93,20 @@ def record_problem(data: bytes, at: int, entry: Entry) -> str | None:
     return check_record_bytes(record, oid, offset, length)
 
 
-def iter_records(key: str, span: Span, data: bytes) -> Iterator[tuple[ObjectId, bytes]]:
-    """(oid, stored bytes) of each record `span`'s GET returned in `data`, framing checked;
-    CorruptObject naming the object (and the pack at `key`) if one is damaged."""
+def iter_records(key: str, span: Span, data: bytes) -> Iterator[tuple[ObjectId, bytes, int]]:
+    """(oid, stored bytes, record crc) of each record `span`'s GET returned in `data`, framing
+    checked (the crc is the record's, found right: a store may keep it); CorruptObject naming
+    the object (and the pack at `key`) if one is damaged."""
+    header = RECORD.size
+    unpack = RECORD.unpack_from
     for entry in span.entries:
         oid, offset, length = entry
-        at = offset - RECORD.size - span.start
-        problem = record_problem(data, at, entry)
-        if problem is not None:
-            raise CorruptObject(oid, f"remote pack {key}: {problem}")
-        yield oid, data[at + RECORD.size:at + RECORD.size + length]
+        at = offset - span.start  # the stored bytes; the record's header is just before
+        stored = data[at:at + length]
+        if at >= header and len(stored) == length:
+            found, found_length, crc = unpack(data, at - header)
+            if found == oid and found_length == length and record_crc(oid, stored) == crc:
+                yield oid, stored, crc
+                continue
+        problem = record_problem(data, at - header, entry) or "damaged record"
+        raise CorruptObject(oid, f"remote pack {key}: {problem}")

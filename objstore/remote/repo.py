@@ -315,10 +315,11 @@ class RemoteRepo:
         requested = set(wanted)
         stored_ids: set[ObjectId] = set()  # put by this fetch
 
-        def put_many(objects: list[tuple[ObjectId, bytes]]) -> int:
+        def put_many(objects: list[tuple[ObjectId, bytes]], crcs: list[int] | None = None
+                     ) -> int:
             if not objects:
                 return 0
-            count = store_many(objects)
+            count = store_many(objects, crcs)
             stored_ids.update(oid for oid, _ in objects)
             if ready is not None:
                 ready([(oid, stored) for oid, stored in objects if oid in requested])
@@ -348,20 +349,22 @@ class RemoteRepo:
         asked: set[ObjectId] = {oid for batch, _ in rounds for oid in batch}
         put = requests = fetched_bytes = 0
         raised = False
+        found: tuple[ObjectId, ...] = ()  # the references last found batched or stored
         while rounds:
             later: list[ObjectId] = []
             packs = self._read_packs(self._by_pack(*rounds.popleft()))
             try:
                 for records in packs:
                     storable: list[tuple[ObjectId, bytes]] = []
+                    crcs: list[int] = []  # storable's record crcs, checked by `_records`
                     batched: set[ObjectId] = set()  # storable's ids: stored before what follows
                     held = 0
-                    for oid, stored, span_bytes in records:
+                    for oid, stored, crc, span_bytes in records:
                         requests += span_bytes > 0
                         fetched_bytes += span_bytes
                         codec.read_header(stored, oid)  # magic, format and codec: CorruptObject
                         refs = codec.envelope_refs(stored, oid)
-                        if refs:
+                        if refs and refs != found:
                             if not raised:
                                 store.ensure_format(2)
                                 raised = True
@@ -371,14 +374,18 @@ class RemoteRepo:
                             if not all(r in batched or have(r) for r in refs):
                                 waiting[oid] = (stored, refs)
                                 continue
+                            # Asked for, and batched or stored: the rest of a block's members
+                            # (which come in a row) need not look again.
+                            found = refs
                         storable.append((oid, stored))
+                        crcs.append(crc)
                         batched.add(oid)
                         held += len(stored)
                         if held >= STORE_BATCH:
-                            put += put_many(storable)
-                            storable, held = [], 0
+                            put += put_many(storable, crcs)
+                            storable, crcs, held = [], [], 0
                             batched.clear()
-                    put += put_many(storable)
+                    put += put_many(storable, crcs)
                     if waiting:
                         put += settle()
             finally:  # on a raise too: the read ahead is waited for, its thread ended
@@ -460,7 +467,7 @@ class RemoteRepo:
         return rounds
 
     def _read_packs(self, groups: dict[str, list[Entry]]
-                    ) -> Generator[Iterator[tuple[ObjectId, bytes, int]], None, None]:
+                    ) -> Generator[Iterator[tuple[ObjectId, bytes, int, int]], None, None]:
         """The records of each pack of `groups` (as `_records` gives them), a part of about
         FETCH_PART bytes at a time. The next parts' ranges are being fetched on threads while
         the caller stores this one's: up to FETCH_PART bytes of them and PARTS_AHEAD parts,
@@ -647,13 +654,13 @@ class _Recent:
 
 
 def _records(key: str, spans: list[Span], parts: list[bytes], sizes: list[int]
-             ) -> Iterator[tuple[ObjectId, bytes, int]]:
-    """(oid, stored bytes, bytes the GET that brought it fetched, once per GET: 0 for a span
-    served from memory) per record of `spans`, its framing checked; CorruptObject naming the
-    object if it is damaged."""
+             ) -> Iterator[tuple[ObjectId, bytes, int, int]]:
+    """(oid, stored bytes, record crc, bytes the GET that brought it fetched, once per GET: 0
+    for a span served from memory) per record of `spans`, its framing checked; CorruptObject
+    naming the object if it is damaged."""
     for span, part, got in zip(spans, parts, sizes):
-        for oid, stored in iter_records(key, span, part):
-            yield oid, stored, got
+        for oid, stored, crc in iter_records(key, span, part):
+            yield oid, stored, crc, got
             got = 0
 
 
@@ -707,14 +714,16 @@ def lacking(store: ObjectStore, oids: list[ObjectId]) -> list[ObjectId]:
     return [oid for oid in oids if oid not in present]
 
 
-def _putter(store: ObjectStore) -> Callable[[list[tuple[ObjectId, bytes]]], int]:
+def _putter(store: ObjectStore
+            ) -> Callable[[list[tuple[ObjectId, bytes]], list[int] | None], int]:
     """Stores envelopes as they are (the store lacked them when the fetch began) and says
-    how many were new; a bulk backend takes each batch in one lock round."""
+    how many were new; a bulk backend takes each batch in one lock round, with the records'
+    crcs when the caller has them checked."""
     backend = store.backend
     if isinstance(backend, BulkBackend):  # checked once: a Protocol's isinstance is slow
         bulk = backend
-        return lambda objects: sum(bulk.put_absent_many(objects))
-    return lambda objects: sum(backend.put(oid, stored) for oid, stored in objects)
+        return lambda objects, crcs: sum(bulk.put_absent_many(objects, crcs))
+    return lambda objects, _: sum(backend.put(oid, stored) for oid, stored in objects)
 
 
 def head_name(session: str) -> str:

@@ -20,7 +20,7 @@ from ckpt.checkpoints.errors import CheckpointError
 from ckpt.checkpoints.plan import plan_restore
 from ckpt.checkpoints.restoring import RestoreOptions
 from ckpt.checkpoints.service import Checkpoints
-from ckpt.objstore import CorruptObject, ObjectId, ObjectStore, hash_bytes
+from ckpt.objstore import CorruptObject, ObjectId, ObjectStore, Slice, hash_bytes
 from ckpt.objstore.errors import ObjstoreError
 
 
@@ -123,7 +123,9 @@ def test_the_native_writer_writes_a_content_only_under_its_own_id(
         size: int, seed: int, flip: bool) -> None:
     """`write_files` hashes a content given with its id (BLAKE3, its own C code) and creates
     the file only when the hash is the id: the same digests as the `blake3` package, at the
-    sizes around BLAKE3's chunk and block boundaries."""
+    sizes around BLAKE3's chunk and block boundaries, for a content that is a slice of a
+    larger buffer (a block member's) as for a whole one. A slice outside its buffer is
+    refused before anything is written."""
     if staging._native_write_files is None:
         pytest.skip("the native extension is not built")
     rng = random.Random(seed)
@@ -132,12 +134,19 @@ def test_the_native_writer_writes_a_content_only_under_its_own_id(
     if flip and size:
         at = rng.randrange(size)
         data = data[:at] + bytes([data[at] ^ 1 << rng.randrange(8)]) + data[at + 1:]
+    before, after = rng.randbytes(rng.randrange(64)), rng.randbytes(rng.randrange(64))
+    buffer = before + data + after
     with tempfile.TemporaryDirectory() as where:
         fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
         try:
+            for start, length in ((-1, size), (len(before), size + len(after) + 1)):
+                with pytest.raises(ValueError, match="outside its buffer"):
+                    staging._native_write_files(
+                        fd, [(b"x", buffer, start, length, 0o644, False, None)], 0)
+            assert os.listdir(where) == []
             failed = staging._native_write_files(
-                fd, [(b"ok", b"before", 0o644, False, None), (b"f", data, 0o644, False, oid)],
-                0)
+                fd, [(b"ok", b"before", 0, 6, 0o644, False, None),
+                     (b"f", buffer, len(before), size, 0o644, False, oid)], 0)
         finally:
             os.close(fd)
         if flip and size:
@@ -159,15 +168,18 @@ def test_a_content_that_is_not_its_id_is_caught_before_it_is_written(
     plan = plan_restore(objects.get_tree, None, record.tree, scope="tree")
     victim = next(w for w in plan.writes
                   if w.entry.oid is not None and 0 < w.entry.size <= staging.WHOLE_CONTENT)
-    real = ObjectStore.get_many
+    real = ObjectStore.get_many_slices
 
-    def tampered(self: ObjectStore, items: Iterable[tuple[ObjectId, bytes | None]], *,
-                 verify: bool = True) -> Iterator[bytes]:
+    def tampered(self: ObjectStore, items: Iterable[tuple[ObjectId, bytes | None]]
+                 ) -> Iterator[Slice]:
         items = list(items)
-        for (oid, _), content in zip(items, real(self, items, verify=verify), strict=True):
-            yield content + b"!" if oid == victim.entry.oid else content
+        for (oid, _), (data, start, length) in zip(items, real(self, items), strict=True):
+            if oid == victim.entry.oid:
+                yield data[start:start + length] + b"!", 0, length + 1
+            else:
+                yield data, start, length
 
-    monkeypatch.setattr(ObjectStore, "get_many", tampered)
+    monkeypatch.setattr(ObjectStore, "get_many_slices", tampered)
     where = os.fsencode(tmp_path / "staging")
     with pytest.raises(CorruptObject) as caught:
         staging.stage_tree(plan, objects, where, None)

@@ -269,6 +269,13 @@ def test_get_many_reads_each_block_once_ahead_and_gives_contents_in_order(
     assert got == [*contents, store.get_bytes(big)]
     assert sorted(oid for oid in reads if oid in blocks) == sorted(blocks)  # each block once
     assert not set(envelopes) & set(reads)  # an envelope in hand is not read again
+    # As slices: the same bytes, a block's members all in one buffer (its content, not copies).
+    slices = list(store.get_many_slices(items))
+    assert [bytes(memoryview(data)[start:start + length]) for data, start, length in slices
+            ] == got
+    buffers = {block_of(store, oid): data for oid, (data, _, _) in zip(members, slices)
+               if codec_of(store, oid) == codec.CODEC_BLOCK}
+    assert all(len(data) == len(store.get_bytes(block)) for block, data in buffers.items())
     # Stopped early, the read ahead ends its thread; nothing is read wrong on the next call.
     early = store.get_many((oid, None) for oid in members)
     assert next(early) == contents[0]
@@ -284,7 +291,27 @@ def test_get_many_names_the_member_of_a_damaged_block(tmp_path: Path) -> None:
                                 strict=True):
             assert content == contents[members.index(oid)]  # never wrong bytes
     assert caught.value.oid in members and block.hex() in str(caught.value)
+    store.forget_cached()
+    with pytest.raises(CorruptObject) as caught:
+        for oid, (data, start, length) in zip(
+                members, store.get_many_slices((oid, None) for oid in members), strict=True):
+            assert data[start:start + length] == contents[members.index(oid)]
+    assert caught.value.oid in members and block.hex() in str(caught.value)
     store.close()
+
+
+@given(offset=st.integers(0, 1 << 40), length=st.integers(0, 1 << 30),
+       cut=st.integers(0, 12), extra=st.binary(max_size=3))
+@settings(max_examples=200, deadline=None)
+@seed(4242)
+def test_a_member_envelope_reads_back_and_a_damaged_one_is_refused(
+        offset: int, length: int, cut: int, extra: bytes) -> None:
+    block = ObjectId(bytes(range(32)))
+    envelope = codec.member_envelope(length, block, offset)
+    assert codec.member_header(envelope) == (block, offset, length)
+    damaged = envelope[:len(envelope) - cut] + extra if cut or extra else envelope + b"\x00"
+    with pytest.raises(CorruptObject):
+        codec.member_header(damaged)
 
 
 # -- gc --------------------------------------------------------------------------------------
@@ -350,4 +377,7 @@ def test_get_many_out_of_block_order_decompresses_on_its_threads_only(
     monkeypatch.setattr(store_module.blocks, "_content", noted)
     got = list(store.get_many([(members[i], None) for i in order], verify=False))
     assert got == [contents[i] for i in order]
+    assert on_caller == []
+    sliced = store.get_many_slices([(members[i], None) for i in order])
+    assert [data[start:start + length] for data, start, length in sliced] == got
     assert on_caller == []

@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from soak import scale
 
 from ckpt.objstore import hash_bytes
-from ckpt.objstore.packfile import RECORD, decode_index, encode_index, open_pack, scan_pack
+from ckpt.objstore.packfile import (
+    RECORD,
+    decode_index,
+    encode_index,
+    open_pack,
+    record_crc,
+    scan_pack,
+)
 from ckpt.objstore.remote import layout
 from ckpt.objstore.remote.locks import decode_lock, encode_lock
 from ckpt.objstore.remote.packs import PackBuilder, iter_records, plan_spans
@@ -59,9 +66,11 @@ def test_planned_ranges_cover_each_wanted_record_once(items: list[bytes], gap: i
     _, pack = builder.finish()
     wanted = data.draw(st.lists(st.sampled_from(builder.entries), unique=True, min_size=1))
     spans = plan_spans(wanted, gap=gap, max_range=max_range)
-    got = [(oid, stored) for span in spans
-           for oid, stored in iter_records("k", span, pack[span.start:span.start + span.length])]
-    assert sorted(got) == sorted((oid, pack[off:off + n]) for oid, off, n in wanted)
+    records = [record for span in spans
+               for record in iter_records("k", span, pack[span.start:span.start + span.length])]
+    assert sorted((oid, stored) for oid, stored, _ in records) == sorted(
+        (oid, pack[off:off + n]) for oid, off, n in wanted)
+    assert all(crc == record_crc(oid, stored) for oid, stored, crc in records)
     starts = [s.start for s in spans]
     assert starts == sorted(starts)
     for a, b in itertools.pairwise(spans):
