@@ -226,13 +226,15 @@ _origins_cache: dict[str, tuple[tuple[int, int], dict[str, Pulled]]] = {}
 
 def read_origins(store_dir: str) -> dict[str, Pulled]:
     """Checkpoint id -> where it was pulled from and whether it is hollow ({} for none).
-    Cached by the file's (mtime, size): `list` asks once per checkpoint."""
+    Cached by the file's identity and times (`list` asks once per checkpoint): each
+    update replaces the file, so a new one has another inode even when its size and
+    coarse mtime are the old one's (a resident server reads it across many commands)."""
     path = os.path.join(store_dir, REMOTES_DIR, ORIGINS_FILE)
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return {}
-    key = (st.st_mtime_ns, st.st_size)
+    key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
     cached = _origins_cache.get(path)
     if cached is not None and cached[0] == key:
         return cached[1]

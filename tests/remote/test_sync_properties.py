@@ -5,6 +5,7 @@ remotes.toml and the origins file round-trip any names and URLs, and hold no cre
 from __future__ import annotations
 
 import itertools
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -99,3 +100,13 @@ def test_origins_follow_pull_and_hydrate(tmp_path: Path) -> None:
     update_origins(store, {"a": Pulled("origin", Origin.LOCAL), "b": None})
     assert hollow_ids(store) == set()
     assert read_origins(store) == {"a": Pulled("origin", Origin.LOCAL)}
+    # Another process's change of the same size within one tick of a coarse mtime (it
+    # replaces the file, as update_origins does) is read all the same.
+    path = tmp_path / "remotes" / "origins"
+    before = path.stat()
+    other = tmp_path / "remotes" / "origins.other"
+    other.write_bytes(path.read_bytes().replace(b"a origin", b"c origin"))
+    os.utime(other, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(other, path)
+    assert path.stat().st_size == before.st_size
+    assert read_origins(store) == {"c": Pulled("origin", Origin.LOCAL)}
