@@ -221,7 +221,7 @@ class Pulled:
     state: Origin
 
 
-_origins_cache: dict[str, tuple[tuple[int, int], dict[str, Pulled]]] = {}
+_origins_cache: dict[str, tuple[tuple[int, int, int, int], dict[str, Pulled]]] = {}
 
 
 def read_origins(store_dir: str) -> dict[str, Pulled]:

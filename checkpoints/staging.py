@@ -7,9 +7,9 @@ new directory, whose top-level entries are then moved as wholes).
 
 Decoding and writing overlap: the caller's thread decodes contents blob after blob
 (`ObjectStore.get_many_slices`, whose blocks are decompressed ahead on threads of the store's;
-a block's members are handed over as slices of its content, not copies) into batches, and one
-writer thread verifies each content by its hash, then creates and fills its file, while the
-next batch is decoded (the native `write_files` of `_fsops.c`, without the GIL), so that
+a block's members are handed over as slices of its content, not copies) into batches, and
+writer threads (`WRITERS`) verify each content by its hash, then create and fill its file,
+while the next batch is decoded (the native `write_files` of `_fsops.c`, without the GIL), so that
 decompression, hashing and the kernel's file creation run side by side. At most
 `WRITING_BATCHES` are handed over and not yet written, and one is being filled, which bounds
 the memory held. A content over `WHOLE_CONTENT` is streamed from the store on the caller's
@@ -63,13 +63,17 @@ _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOF
 # Contents up to this size are decoded whole into memory and handed to the writer; a larger
 # one is streamed, so that memory stays bounded by the batches whatever the file sizes.
 WHOLE_CONTENT = 4 << 20
-# A batch is handed to the writer thread when it holds this many files or bytes: large
-# enough that the hand-over costs little per file, small enough that both threads start soon.
+# A batch is handed to the writers when it holds this many files or bytes: large enough that
+# the hand-over costs little per file, small enough that the writers start soon.
 BATCH_FILES = 128
 BATCH_BYTES = 4 << 20
-# Batches handed to the writer and not yet written: a few, so that neither thread waits for
+# Batches handed to the writers and not yet written: a few, so that neither side waits for
 # the other when one batch costs more than the next (large files, a slow fetch).
-WRITING_BATCHES = 3
+WRITING_BATCHES = 4
+# Writer threads. The kernel's creation of small files is what a big restore waits for on a
+# slow file system (ext4 with online discard, overlay and network file systems); two threads
+# overlap it there, and cost nothing measurable where it is fast.
+WRITERS = 2
 
 # name, the buffer that holds the content, where in it the content starts and its length (a
 # block member's is written from the block's content without a copy), mode, set the mode
@@ -312,9 +316,10 @@ def _stream(store: ObjectStore, oid: ObjectId, dir_fd: int, name: bytes, mode: i
 
 
 class _Writer:
-    """Writes staged files in batches on one thread (see the module), or one by one on the
-    caller's thread without the native extension. Owns the staging directory's descriptor
-    and the thread: `finish` or `abandon` ends both."""
+    """Writes staged files in batches on `WRITERS` threads (see the module), each batch after
+    the directories of `make_dirs`, or one by one on the caller's thread without the native
+    extension. Owns the staging directory's descriptor and the threads: `finish` or
+    `abandon` ends them all."""
 
     def __init__(self, staging: bytes, stamp: int) -> None:
         self.staging = staging
@@ -323,13 +328,13 @@ class _Writer:
         self._batch: list[NewFile] = []
         self._bytes = 0
         self._pool = (None if _native_write_files is None
-                      else ThreadPoolExecutor(1, thread_name_prefix="ckpt-staging"))
+                      else ThreadPoolExecutor(WRITERS, thread_name_prefix="ckpt-staging"))
         self._writing: deque[tuple[list[NewFile], Future[tuple[int, int] | None]]] = deque()
         self._dirs: Future[tuple[int, int] | None] | None = None
 
     def make_dirs(self, paths: Iterable[bytes]) -> None:
         """Make the directories `paths` (relative to the staging directory, each after its
-        parent) before any file handed over after this is written: on the writer thread, so
+        parent) before any file handed over after this is written: on a writer thread, so
         that the directories of a big tree are made while the caller reads its first
         contents."""
         if self._pool is None:
@@ -358,8 +363,15 @@ class _Writer:
             self._wait()
         batch, self._batch, self._bytes = self._batch, [], 0
         if batch:
-            self._writing.append((batch, self._pool.submit(_native_write_files, self.dir_fd,
-                                                           batch, self.stamp)))
+            self._writing.append((batch, self._pool.submit(self._write, batch)))
+
+    def _write(self, batch: list[NewFile]) -> tuple[int, int] | None:
+        """Write `batch` on a writer thread, once the directories are made (their failure
+        raised: it is the batch's too)."""
+        assert _native_write_files is not None
+        self.dirs_made()
+        failed: tuple[int, int] | None = _native_write_files(self.dir_fd, batch, self.stamp)
+        return failed
 
     def _wait(self) -> None:
         """Wait for the oldest batch handed over; OSError naming the staged file that
@@ -385,9 +397,10 @@ class _Writer:
             self.abandon()
 
     def abandon(self) -> None:
-        """End the thread (after the batch it is writing) and close the directory."""
+        """End the threads (after the batches they are writing; those not begun are dropped)
+        and close the directory."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         self._writing.clear()
         if self.dir_fd >= 0:
