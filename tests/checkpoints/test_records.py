@@ -53,6 +53,16 @@ def _interrupted_after_commit(write: Any) -> Any:
     return interrupted
 
 
+def _failing_before_commit(write: Any) -> Any:
+    """A catalog's `_write` whose transaction fails (a disk error) before it commits."""
+    @contextmanager
+    def failing() -> Iterator[Any]:
+        with write() as conn:
+            yield conn
+            raise sqlite3.OperationalError("disk I/O error")
+    return failing
+
+
 def test_a_record_file_round_trips_and_refuses_a_flipped_byte() -> None:
     record = _record("ckpt-1-abc")
     data = encode_record(record_row(record), [b"a/b", b"c"])
@@ -245,14 +255,7 @@ def test_a_prune_that_raises_before_or_after_its_commit_keeps_files_and_rows_tog
         for i in range(3):
             catalog.add_checkpoint(_record(f"ckpt-{i}-x", at=T0 + timedelta(seconds=i)))
         write = catalog._write
-
-        @contextmanager
-        def failing_before_commit() -> Iterator[Any]:
-            with write() as conn:
-                yield conn
-                raise sqlite3.OperationalError("disk I/O error")
-
-        monkeypatch.setattr(catalog, "_write", failing_before_commit)
+        monkeypatch.setattr(catalog, "_write", _failing_before_commit(write))
         with pytest.raises(sqlite3.OperationalError):
             catalog.delete_checkpoints(["ckpt-0-x"])
         assert catalog.records.listing() == ({"ckpt-0-x", "ckpt-1-x", "ckpt-2-x"}, set(),
@@ -278,18 +281,12 @@ def test_a_failed_prune_settles_its_files_by_the_rows_another_process_left(
             first.add_checkpoint(_record(f"ckpt-{i}-x", at=T0 + timedelta(seconds=i)))
         write = first._write
 
-        @contextmanager
-        def failing_before_commit() -> Iterator[Any]:
-            with write() as conn:
-                yield conn
-                raise sqlite3.OperationalError("disk I/O error")
-
         def other_prune_first() -> Any:
             with Catalog.open(db) as other:
                 other.delete_checkpoints(["ckpt-0-x"])
             return write()
 
-        calls = iter([failing_before_commit, other_prune_first])
+        calls = iter([_failing_before_commit(write), other_prune_first])
         monkeypatch.setattr(first, "_write", lambda: next(calls)())
         with pytest.raises(sqlite3.OperationalError):
             first.delete_checkpoints(["ckpt-0-x"])
