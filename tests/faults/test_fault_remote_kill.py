@@ -12,8 +12,8 @@ does not count as a landed kill; the next attempt draws again. After each kill:
   and the next push completes, uploading that again;
 - a killed resident server running the push (`push` is served): the client exits 6 (server
   lost) with one line, the dead server's remote lock is stale at once (its pid is gone), and
-  the next push, through a new server, completes; a SeaweedFS killed under a served push is
-  exit 1 from the server, which lives on and serves the next push;
+  the next push, through a new server, completes; a SeaweedFS killed under a served push (at
+  its first pack) is exit 1 from the server, which lives on and serves the next push;
 - at the end, `fsck --remote --full` is clean, each checkpoint is under `records/` exactly once
   and listed once, and a fresh machine (an empty store with only the remote) restores every
   pushed checkpoint into an empty directory exactly.
@@ -132,14 +132,17 @@ def test_resident_server_killed_mid_push_then_the_next_push_completes(
                     else:
                         os.kill(pid, signal.SIGKILL)
 
-                run, acted = r.push_until(m, bucket, stage, act)
+                # SeaweedFS is killed when the first pack lands: past that point a served push
+                # (no client start-up) has so little left that the kill mostly comes after it.
+                # The client's push covers the later stages (the first test).
+                run, acted = r.push_until(m, bucket, "packs/" if kill_weed else stage, act)
                 if acted and kill_weed:
                     r.restart(seaweed_own)
                 if acted and run.code != h.OK:
                     assert len(run.err.strip().splitlines()) == 1, f"one line: {run}"
                     if kill_weed:
                         weed_kills += 1
-                        h.tally(f"remote: weed kill -9 under a served push at {stage}",
+                        h.tally("remote: weed kill -9 under a served push at packs/",
                                 injected=1)
                         assert run.code == h.USER_ERROR, run
                         assert servers.alive(pid), "the server lives on"
