@@ -12,13 +12,12 @@ writer threads (`WRITERS`) verify each content by its hash, then create and fill
 while the next batch is decoded (the native `write_files` of `_fsops.c`, without the GIL), so that
 decompression, hashing and the kernel's file creation run side by side. At most
 `WRITING_BATCHES` are handed over and not yet written, and one is being filled, which bounds
-the memory held. A content over `WHOLE_CONTENT` is streamed from the store on the caller's
-thread instead.
+the memory held. A content over `WHOLE_CONTENT` is streamed from the store instead, by a
+writer thread in the place of a batch.
 Without the native extension each file is written on the caller's thread as it is decoded.
 
 A new tree's directories are the writer's first task (`_Writer.make_dirs`), made while the
-caller asks for the first contents; what the caller writes itself (symlinks, streamed
-contents) waits for them.
+caller asks for the first contents; what the caller writes itself (symlinks) waits for them.
 
 A name with a slash (`stage_tree`) is opened relative to the staging directory's descriptor;
 no component of it but the last could be a symlink unless its owner put one there.
@@ -248,8 +247,7 @@ class _Stager:
                     data = self.store.get_bytes(entry.oid)
                     writer.add((name, data, 0, len(data), mode, exact, None))
                 else:
-                    writer.dirs_made()
-                    _stream(self.store, entry.oid, writer.dir_fd, name, mode, exact, self.stamp)
+                    writer.stream(self.store, entry.oid, name, mode, exact)
         except OSError as exc:
             self._rename(exc, name)
             raise
@@ -357,6 +355,33 @@ class _Writer:
         if len(self._batch) >= BATCH_FILES or self._bytes >= BATCH_BYTES:
             self._hand_over()
 
+    def stream(self, store: ObjectStore, oid: ObjectId, name: bytes, mode: int, exact: bool
+               ) -> None:
+        """Stream `oid`'s content from `store` into the new file `name` (verified at its end):
+        on a writer thread, in the place of a batch, so that its decompression, hashing and
+        writing overlap the caller's next contents; on the caller's thread without the
+        native extension."""
+        if self._pool is None:
+            _stream(store, oid, self.dir_fd, name, mode, exact, self.stamp)
+            return
+        while len(self._writing) >= WRITING_BATCHES:
+            self._wait()
+        self._writing.append(([], self._pool.submit(self._stream, store, oid, name, mode, exact)))
+
+    def _stream(self, store: ObjectStore, oid: ObjectId, name: bytes, mode: int, exact: bool
+                ) -> tuple[int, int] | None:
+        """`stream` on a writer thread, once the directories are made; an OSError names the
+        staged file by its place."""
+        self.dirs_made()
+        try:
+            _stream(store, oid, self.dir_fd, name, mode, exact, self.stamp)
+        except OSError as exc:
+            if exc.filename not in (None, name):
+                raise
+            path = os.fsdecode(self.staging + b"/" + name)
+            raise OSError(exc.errno, exc.strerror, path) from exc
+        return None  # as a batch that wrote every file
+
     def _hand_over(self) -> None:
         assert self._pool is not None and _native_write_files is not None
         while len(self._writing) >= WRITING_BATCHES:
@@ -374,8 +399,8 @@ class _Writer:
         return failed
 
     def _wait(self) -> None:
-        """Wait for the oldest batch handed over; OSError naming the staged file that
-        failed."""
+        """Wait for the oldest batch (or stream) handed over; OSError naming the staged file
+        that failed."""
         batch, done = self._writing.popleft()
         failed = done.result()
         if failed is not None:

@@ -2,8 +2,9 @@
 
 What lives here: the rules of which objects go into a block (`BlockOptions`), the read of a
 member (`read_member`: the prefix of its block up to the member's end, decompressed once and
-kept in a small `BlockCache`), and the read ahead of many members in a row (`read_ahead`:
-their blocks decompressed whole on a thread, ahead of the reader). What does not: the
+kept in a small `BlockCache`), and the read ahead of many objects in a row (`read_ahead`:
+the blocks of members decompressed whole, other envelopes decoded, on threads ahead of the
+reader). What does not: the
 envelope bytes (codec.py), the gathering of members in a put (putfiles.py), the ids gc and
 fsck follow (delta.py's `envelope_closure` follows `codec.envelope_refs`, which names a
 member's block).
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -58,6 +59,9 @@ CACHE_BYTES = 8 << 20
 AHEAD = 6
 AHEAD_THREADS = 2
 AHEAD_BYTES = 16 << 20
+# Envelopes that are not members (larger files, each its own zstd frame) decoded ahead of the
+# caller on the same threads, when it asks for that.
+AHEAD_DECODES = 4
 # Blocks `read_ahead` keeps its load of for members that come back to them.
 RECENT_BLOCKS = 8
 
@@ -175,53 +179,74 @@ def _content(backend: Backend, block: ObjectId, end: int, oid: ObjectId | None, 
     return content
 
 
-def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[ObjectId, bytes]]
-               ) -> Iterator[tuple[ObjectId, bytes]]:
+def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[ObjectId, bytes]],
+               decode: Callable[[ObjectId, bytes], bytes] | None = None
+               ) -> Iterator[tuple[ObjectId, bytes, bytes | None]]:
     """`items` (ids and their envelopes) again, in order, for a caller that decodes them all
-    (a restore). Meanwhile threads of its own (`AHEAD_THREADS`) decompress each block their
-    members name, whole, up to `AHEAD` blocks before the first of those members is given
-    back, which then finds its block in `cache`: zstd runs outside the GIL, so the caller's
-    decoding, hashing and writing of one block's members overlap the next blocks'
-    decompression. At most `AHEAD_BYTES` of envelopes are read ahead of the caller. A block
+    (a restore), each with its content if `decode` gave it (else None). Meanwhile threads of
+    its own (`AHEAD_THREADS`) decompress each block their members name, whole, up to `AHEAD`
+    blocks before the first of those members is given back, which then finds its block in
+    `cache`; and, given `decode`, decode each envelope that is not a member, up to
+    `AHEAD_DECODES` of them ahead. zstd runs outside the GIL, so the caller's hashing and
+    writing of one content overlap the decompression of the next ones. At most
+    `AHEAD_BYTES` of envelopes and decoded contents are read ahead of the caller. A block
     the threads cannot read is left to the member's own read, which names the member and
-    the damage."""
+    the damage; what `decode` raises is raised when its item's turn comes."""
     source = iter(items)
-    pending: deque[tuple[ObjectId, bytes, ObjectId | None, Future[bytes | None] | None]] = deque()
+    pending: deque[tuple[ObjectId, bytes, ObjectId | None, Future[bytes | None] | None,
+                         int]] = deque()
     # The blocks asked for lately: a member whose block was loaded a few blocks ago (members
     # pushed apart from their block arrive out of block order) uses that load again instead
     # of decompressing the block on the caller's thread once the cache has dropped it.
     recent: OrderedDict[ObjectId, Future[bytes | None]] = OrderedDict()
     unused: set[ObjectId] = set()  # blocks asked for that no member given back has used yet
     cached: ObjectId | None = None  # the block last put in the cache (its members come in a row)
-    held = 0
+    held = decoding = 0
     exhausted = False
     with ThreadPoolExecutor(AHEAD_THREADS, thread_name_prefix="ckpt-blocks") as pool:
         try:
             while True:
-                while not exhausted and len(unused) <= AHEAD and held < AHEAD_BYTES:
+                while (not exhausted and len(unused) <= AHEAD and decoding < AHEAD_DECODES
+                       and held < AHEAD_BYTES):
                     item = next(source, None)
                     if item is None:
                         exhausted = True
                         break
                     oid, stored = item
                     block = _block_of(stored)
-                    future = None
+                    future: Future[bytes | None] | None = None
+                    size = len(stored)
                     if block is not None:
                         future = recent.get(block)
                         if future is None:
-                            future = recent[block] = pool.submit(_whole_or_none, backend, block)
+                            known = cache.get(block)  # loaded for an earlier run of members
+                            if known is not None:
+                                future = Future()
+                                future.set_result(known)
+                            else:
+                                future = pool.submit(_whole_or_none, backend, block)
+                            recent[block] = future
                             unused.add(block)
                             if len(recent) > RECENT_BLOCKS:
                                 recent.popitem(last=False)
                         else:
                             recent.move_to_end(block)
-                    pending.append((oid, stored, block, future))
-                    held += len(stored)
+                    elif decode is not None:
+                        future = pool.submit(decode, oid, stored)
+                        decoding += 1
+                        size += _declared_size(stored)
+                    pending.append((oid, stored, block, future, size))
+                    held += size
                 if not pending:
                     return
-                oid, stored, block, future = pending.popleft()
-                held -= len(stored)
-                if block is not None and future is not None:
+                oid, stored, block, future, size = pending.popleft()
+                held -= size
+                if future is None:
+                    yield oid, stored, None
+                elif block is None:
+                    decoding -= 1
+                    yield oid, stored, future.result()
+                else:
                     unused.discard(block)
                     if block != cached:
                         content = future.result()
@@ -229,10 +254,19 @@ def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[Object
                             # Again for each run of its members: the cache may have dropped it.
                             cache.put(block, content)
                             cached = block
-                yield oid, stored
+                    yield oid, stored, None
         finally:
             for future in recent.values():
                 future.cancel()
+            for *_, future, _ in pending:
+                if future is not None:
+                    future.cancel()
+
+
+def _declared_size(stored: bytes) -> int:
+    """The content size an envelope's header declares (0 for one too short to say: its
+    decode says why)."""
+    return int.from_bytes(stored[5:codec.HEADER_SIZE], "little")
 
 
 _BLOCK_ID_END = codec.HEADER_SIZE + OID_SIZE

@@ -356,9 +356,10 @@ class ObjectStore:
                  ) -> Generator[bytes, None, None]:
         """`get_bytes` of each object of `items` in order: an id and its envelope if the caller
         has it (a fetch's), else None (read from the store). For a caller that reads many
-        objects in a row (a restore): the blocks their members name are decompressed ahead on
-        threads (`blocks.read_ahead`). Each content is verified by its hash, unless `verify`
-        is False: then the caller hashes each before it uses it."""
+        objects in a row (a restore): the blocks their members name are decompressed, and the
+        other envelopes decoded, ahead on threads (`blocks.read_ahead`). Each content is
+        verified by its hash, unless `verify` is False: then the caller hashes each before it
+        uses it."""
         for oid, data, start, length in self._slices(items):
             if start or length != len(data):
                 data = data[start:start + length]
@@ -379,19 +380,22 @@ class ObjectStore:
         cache = self._blocks
         envelopes = ((oid, backend.get(oid) if stored is None else stored)
                      for oid, stored in items)
-        block_codec = codec.CODEC_BLOCK
         last: ObjectId | None = None
         content = b""
-        for oid, stored in blocks.read_ahead(backend, cache, envelopes):
-            if len(stored) > codec.HEADER_SIZE and stored[4] == block_codec:
-                block, offset, length = codec.member_header(stored, oid)
-                if block != last or len(content) < offset + length:
-                    content = blocks.block_content(backend, cache, block, offset + length, oid)
-                    last = block
-                yield oid, content, offset, length
-            else:
-                data = codec.decode_object(stored, oid, refs=self)
+        for oid, stored, data in blocks.read_ahead(backend, cache, envelopes, self._decode):
+            if data is not None:  # decoded ahead
                 yield oid, data, 0, len(data)
+                continue
+            # A member: a slice of its block's content, which is in the cache by now.
+            block, offset, length = codec.member_header(stored, oid)
+            if block != last or len(content) < offset + length:
+                content = blocks.block_content(backend, cache, block, offset + length, oid)
+                last = block
+            yield oid, content, offset, length
+
+    def _decode(self, oid: ObjectId, stored: bytes) -> bytes:
+        """The content of `oid`'s envelope `stored`, not verified (on any thread)."""
+        return codec.decode_object(stored, oid, refs=self)
 
     def get_bytes_from(self, oid: ObjectId, stored: bytes) -> bytes:
         """`get_bytes` of `oid` from its envelope `stored`, which the caller has read or

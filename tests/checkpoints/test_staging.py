@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ckpt.checkpoints import staging
 from ckpt.checkpoints.errors import CheckpointError
-from ckpt.checkpoints.plan import plan_restore
+from ckpt.checkpoints.plan import FileWrite, plan_restore
 from ckpt.checkpoints.restoring import RestoreOptions
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.objstore import CorruptObject, ObjectId, ObjectStore, Slice, hash_bytes
@@ -76,14 +76,23 @@ def _restore_and_compare(ws: Path, cp: Checkpoints, tag: str, seed: int) -> None
     assert not [n for n in os.listdir(dest) if n.startswith(".ckpt-staging")]
 
 
+def _victim(writes: Iterable[FileWrite], streamed: bool) -> FileWrite:
+    """A file of `writes`: one whose content is streamed (over WHOLE_CONTENT, written by a
+    writer thread on its own), or the middle one of those handed over whole."""
+    files = [w for w in writes if w.entry.oid is not None and w.entry.size > 0
+             and (w.entry.size > staging.WHOLE_CONTENT) == streamed]
+    return files[len(files) // 2]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("existed", [False, True], ids=["absent", "empty"])
 def test_a_damaged_object_leaves_the_new_directory_as_it_was(
-        ws: Path, cp: Checkpoints, existed: bool) -> None:
+        ws: Path, cp: Checkpoints, existed: bool, streamed: bool) -> None:
     _fill(ws, random.Random(7), 30)
     record = cp.create()
     objects = cp._ws.objects
     plan = plan_restore(objects.get_tree, None, record.tree, scope="tree")
-    victim = plan.writes[len(plan.writes) // 2].entry.oid
+    victim = _victim(plan.writes, streamed).entry.oid
     assert victim is not None
     h.flip_packed_byte(objects.backend, victim)
     dest = ws.parent / "dest-damaged"
@@ -95,16 +104,16 @@ def test_a_damaged_object_leaves_the_new_directory_as_it_was(
     assert os.listdir(dest) == [] if existed else not dest.exists()
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
 def test_a_failed_write_names_the_staged_file_and_removes_staging(
-        ws: Path, cp: Checkpoints, tmp_path: Path) -> None:
-    _fill(ws, random.Random(3), 10)
+        ws: Path, cp: Checkpoints, tmp_path: Path, streamed: bool) -> None:
+    _fill(ws, random.Random(3), 20)
     record = cp.create()
     objects = cp._ws.objects
     plan = plan_restore(objects.get_tree, None, record.tree, scope="tree")
     where = os.fsencode(tmp_path / "staging")
     os.makedirs(where)
-    files = [i for i, w in enumerate(plan.writes) if w.entry.oid is not None]
-    taken = b"%d" % files[len(files) // 2]
+    taken = b"%d" % plan.writes.index(_victim(plan.writes, streamed))
     os.mkdir(where + b"/" + taken)  # O_EXCL: the last file cannot be created
     with pytest.raises(OSError) as caught:
         staging.stage_files(plan, objects, where)

@@ -276,11 +276,45 @@ def test_get_many_reads_each_block_once_ahead_and_gives_contents_in_order(
     buffers = {block_of(store, oid): data for oid, (data, _, _) in zip(members, slices)
                if codec_of(store, oid) == codec.CODEC_BLOCK}
     assert all(len(data) == len(store.get_bytes(block)) for block, data in buffers.items())
+    # A block loaded for an earlier call, still in the cache, is not read again.
+    reads.clear()
+    assert list(store.get_many((oid, None) for oid in members[1::2])) == contents[1::2]
+    assert not set(reads) & blocks
     # Stopped early, the read ahead ends its thread; nothing is read wrong on the next call.
     early = store.get_many((oid, None) for oid in members)
     assert next(early) == contents[0]
     early.close()
     assert list(store.get_many([(members[-1], None)])) == [contents[-1]]
+
+
+def test_get_many_decodes_other_envelopes_ahead_on_threads_and_raises_in_turn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = ObjectStore.init(str(tmp_path / "store"))
+    rng = random.Random(2)
+    larger = [store.put_bytes(source_like(rng, 300_000)) for _ in range(8)]  # one frame each
+    contents = [store.get_bytes(oid) for oid in larger]
+    caller = threading.current_thread()
+    threads: list[threading.Thread] = []
+    decode = store._decode
+
+    def noted(oid: ObjectId, stored: bytes) -> bytes:
+        threads.append(threading.current_thread())
+        return decode(oid, stored)
+
+    monkeypatch.setattr(store, "_decode", noted)
+    assert list(store.get_many((oid, None) for oid in larger)) == contents
+    assert len(threads) == len(larger) and caller not in threads
+    # A damaged envelope (one in hand, as a fetch's): the contents before it come right, and
+    # its own read raises when its turn comes, naming it.
+    damaged = bytearray(store.backend.get(larger[3]))
+    damaged[len(damaged) // 2] ^= 0xFF
+    items = [(oid, None) for oid in larger]
+    items[3] = (larger[3], bytes(damaged))
+    got: list[bytes] = []
+    with pytest.raises(CorruptObject) as caught:
+        got.extend(store.get_many(items))
+    assert got == contents[:3] and caught.value.oid == larger[3]
+    store.close()
 
 
 def test_get_many_names_the_member_of_a_damaged_block(tmp_path: Path) -> None:
