@@ -57,7 +57,7 @@ from ckpt.objstore.remote.errors import (
 )
 from ckpt.objstore.remote.index import Location, RemoteIndex
 from ckpt.objstore.remote.locks import HeldLock, LockKind
-from ckpt.objstore.remote.packs import Entry, PackBuilder, Span, iter_records, plan_spans
+from ckpt.objstore.remote.packs import Entry, PackBuilder, Span, checked_records, plan_spans
 from ckpt.objstore.remote.reports import (
     FetchReport,
     RemoteCheckReport,
@@ -75,6 +75,8 @@ Arrived = tuple[ObjectId, bytes | None]
 # A fetch's round: ids, and the order to read their packs in (pack id -> rank; unranked
 # packs after, in the order the ids meet them).
 Round = tuple[list[ObjectId], dict[str, int]]
+# A fetched record (packs.Record), and the bytes of the GET that brought it (see `_records`).
+_Fetched = tuple[ObjectId, bytes, int, tuple[ObjectId, ...], int]
 
 PACK_SIZE = 64 << 20
 # The first pack of an upload closes at this size, each next one at twice the last, up to the
@@ -359,11 +361,9 @@ class RemoteRepo:
                     crcs: list[int] = []  # storable's record crcs, checked by `_records`
                     batched: set[ObjectId] = set()  # storable's ids: stored before what follows
                     held = 0
-                    for oid, stored, crc, span_bytes in records:
+                    for oid, stored, crc, refs, span_bytes in records:
                         requests += span_bytes > 0
                         fetched_bytes += span_bytes
-                        codec.read_header(stored, oid)  # magic, format and codec: CorruptObject
-                        refs = codec.envelope_refs(stored, oid)
                         if refs and refs != found:
                             if not raised:
                                 store.ensure_format(2)
@@ -467,7 +467,7 @@ class RemoteRepo:
         return rounds
 
     def _read_packs(self, groups: dict[str, list[Entry]]
-                    ) -> Generator[Iterator[tuple[ObjectId, bytes, int, int]], None, None]:
+                    ) -> Generator[Iterator[_Fetched], None, None]:
         """The records of each pack of `groups` (as `_records` gives them), a part of about
         FETCH_PART bytes at a time. The next parts' ranges are being fetched on threads while
         the caller stores this one's: up to FETCH_PART bytes of them and PARTS_AHEAD parts,
@@ -654,13 +654,14 @@ class _Recent:
 
 
 def _records(key: str, spans: list[Span], parts: list[bytes], sizes: list[int]
-             ) -> Iterator[tuple[ObjectId, bytes, int, int]]:
-    """(oid, stored bytes, record crc, bytes the GET that brought it fetched, once per GET: 0
-    for a span served from memory) per record of `spans`, its framing checked; CorruptObject
-    naming the object if it is damaged."""
+             ) -> Iterator[_Fetched]:
+    """(oid, stored bytes, record crc, what the envelope names, bytes the GET that brought it
+    fetched, once per GET: 0 for a span served from memory) per record of `spans`, its
+    framing and envelope header checked (`checked_records`); CorruptObject naming the
+    object if it is damaged."""
     for span, part, got in zip(spans, parts, sizes):
-        for oid, stored, crc in iter_records(key, span, part):
-            yield oid, stored, crc, got
+        for oid, stored, crc, refs in checked_records(key, span, part):
+            yield oid, stored, crc, refs, got
             got = 0
 
 

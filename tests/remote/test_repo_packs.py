@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import zlib
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 from soak import scale
 
-from ckpt.objstore import hash_bytes
+from ckpt.objstore import CorruptObject, codec, hash_bytes
 from ckpt.objstore.packfile import (
     RECORD,
     decode_index,
@@ -22,7 +23,7 @@ from ckpt.objstore.packfile import (
     record_crc,
     scan_pack,
 )
-from ckpt.objstore.remote import layout
+from ckpt.objstore.remote import layout, packs
 from ckpt.objstore.remote.locks import decode_lock, encode_lock
 from ckpt.objstore.remote.packs import PackBuilder, iter_records, plan_spans
 from ckpt.objstore.remote.repo import head_name
@@ -78,6 +79,60 @@ def test_planned_ranges_cover_each_wanted_record_once(items: list[bytes], gap: i
     for span in spans:
         assert all(span.start <= off - RECORD.size and off + n <= span.start + span.length
                    for _, off, n in span.entries)
+
+
+def _envelope(codec_id: int, body: bytes, ref: bytes) -> bytes:
+    named = ref if codec_id >= codec.CODEC_DICT else b""
+    return codec._HEADER.pack(codec.MAGIC, codec.FORMAT, codec_id, len(body)) + named + body
+
+
+envelopes = st.lists(st.builds(_envelope, st.integers(0, 4), st.binary(max_size=300),
+                               st.binary(min_size=32, max_size=32)),
+                     min_size=1, max_size=30, unique=True)
+
+
+@pytest.mark.skipif(packs._records is None, reason="objstore._records is not built")
+@seed(25)
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(envelopes, st.data())
+def test_the_native_scan_agrees_with_the_python_checks(items: list[bytes],
+                                                       data: st.DataObject) -> None:
+    """On intact spans and on spans with a byte changed, cut short or an envelope header made
+    foreign, the native scan gives what the Python loop gives, or the index of the record
+    that the Python loop refuses first."""
+    builder = PackBuilder()
+    for item in items:
+        builder.append(hash_bytes(item), item, ())
+    _, pack = builder.finish()
+    wanted = data.draw(st.lists(st.sampled_from(builder.entries), unique=True, min_size=1))
+    span = plan_spans(wanted)[0]
+    part = bytearray(pack[span.start:span.start + span.length])
+    damage = data.draw(st.sampled_from(["none", "flip", "cut", "codec", "magic"]))
+    if damage == "flip":
+        part[data.draw(st.integers(0, len(part) - 1))] ^= 1 << data.draw(st.integers(0, 7))
+    elif damage == "cut":
+        del part[data.draw(st.integers(0, len(part) - 1)):]
+    elif damage in ("codec", "magic"):
+        _, offset, _ = data.draw(st.sampled_from(span.entries))
+        at = offset - span.start
+        if damage == "codec":
+            part[at + 4] = data.draw(st.integers(5, 255))
+        else:
+            part[at] ^= 0x20
+    native = packs._records.scan(bytes(part), span.start, span.entries, zlib.crc32)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(packs, "_records", None)
+        try:
+            expected: list[packs.Record] | CorruptObject = packs.checked_records(
+                "k", span, bytes(part))
+        except CorruptObject as exc:
+            expected = exc
+    if isinstance(expected, CorruptObject):
+        assert isinstance(native, int) and expected.oid == span.entries[native][0]
+    else:
+        assert native == expected
+    if damage in ("codec", "magic"):
+        assert isinstance(expected, CorruptObject)
 
 
 @seed(25)
