@@ -127,6 +127,10 @@ class _Builder:
             known = self.count_leaves(old)
             self.unchanged += _count_leaves(self.load, old) if known is None else known
             return
+        if old is None and new is not None and mode == "full" and self.only is None \
+                and not self.keep:
+            self.add_all(new, prefix)
+            return
         old_entries = {e.name: e for e in self.load(old).entries} if old is not None else {}
         new_entries = {e.name: e for e in self.load(new).entries} if new is not None else {}
         # A partial directory is acted on only where the target names something, except on
@@ -145,6 +149,27 @@ class _Builder:
             if child_mode is None:
                 continue
             self.compare(old_entries.get(name), new_entries.get(name), path, child_mode)
+
+    def add_all(self, new: ObjectId, prefix: RelPath | None) -> None:
+        """`compare_dirs(None, new, prefix, "full")` where no rule applies below (no `only`,
+        no `keep`): every entry of `new` is made, directories first. A restore into a new
+        directory plans a whole tree this way, without `compare`'s call and checks per
+        entry."""
+        writes, mkdirs = self.writes, self.mkdirs
+        tree, tombstone = EntryKind.TREE, EntryKind.TOMBSTONE
+        for entry in sorted(self.load(new).entries, key=_name_of):
+            name = entry.name
+            path = RelPath(name if prefix is None else prefix + b"/" + name)
+            if name == _GIT or path in self.reserved:
+                what = "a .git directory" if name == _GIT else "the store"
+                raise InvalidTree(new, f"entry {path.decode(errors='replace')} names {what}")
+            kind = entry.kind
+            if kind is tree:
+                assert entry.oid is not None
+                mkdirs.append(path)
+                self.add_all(entry.oid, path)
+            elif kind is not tombstone:
+                writes.append(FileWrite(path, entry, None))
 
     def _count_identical(self, old_entries: dict[bytes, TreeEntry],
                          new_entries: dict[bytes, TreeEntry], prefix: RelPath | None) -> set[bytes]:
@@ -276,6 +301,10 @@ def _count_leaves(load: TreeLoader, oid: ObjectId) -> int:
         elif entry.kind is not EntryKind.TOMBSTONE:
             count += 1
     return count
+
+
+def _name_of(entry: TreeEntry) -> bytes:
+    return entry.name
 
 
 def _depth(removal: Removal) -> int:

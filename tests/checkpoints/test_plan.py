@@ -7,6 +7,7 @@ loader handed to `plan_restore` counts which trees it is asked for.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 
 import pytest
@@ -334,12 +335,14 @@ _roots = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), _specs, min_size
 def test_identical_entries_skipped_in_bulk_plan_exactly_as_one_by_one(
     current: Mapping[str, Spec], target: Mapping[str, Spec],
 ) -> None:
-    """The bulk count of identical entries (a full restore without `keep` or `only`) gives the
-    plan the entry-by-entry walk gives; a `keep` path that matches nothing forces the latter.
-    The small name and content alphabets make the two trees share most entries."""
+    """The bulk count of identical entries (a full restore without `keep` or `only`), and the
+    plan of a whole tree from nothing (`_Builder.add_all`), give the plan the entry-by-entry
+    walk gives; a `keep` path that matches nothing forces the latter. The small name and
+    content alphabets make the two trees share most entries."""
     store = ObjectStore(MemoryBackend())
-    old, new = build(store, current), build(store, target)
-    for reserved in ((), (b"d",), (b"a/b",)):
+    new = build(store, target)
+    for old, reserved in itertools.product((build(store, current), None),
+                                           ((), (b"d",), (b"a/b",))):
         try:
             bulk = plan_restore(store.get_tree, old, new, reserved=reserved)
         except InvalidTree as exc:
