@@ -28,13 +28,15 @@ What must not live here: anything that touches the workspace (restore.py applies
 
 from __future__ import annotations
 
+import errno
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, BinaryIO, Self, cast
 
 from ckpt.checkpoints.paths import RelPath
 from ckpt.checkpoints.plan import FileWrite, RestorePlan
@@ -303,14 +305,31 @@ def _make_dirs(staging: bytes, dir_fd: int, paths: list[bytes]) -> tuple[int, in
 
 
 def _stream(store: ObjectStore, oid: ObjectId, dir_fd: int, name: bytes, mode: int,
-            exact: bool, stamp: int) -> None:
+            exact: bool, stamp: int, stop: threading.Event | None = None) -> None:
+    """Create `name` and stream `oid`'s content into it; `stop`, once set, ends the stream
+    with ECANCELED at its next chunk."""
     fd = create_new(dir_fd, name, mode)
     with os.fdopen(fd, "wb") as out:
-        store.copy_to(oid, out)
+        store.copy_to(oid, out if stop is None else cast(BinaryIO, _Stoppable(out, stop)))
         out.flush()
         if exact:
             os.fchmod(fd, mode)
         os.utime(fd, ns=(stamp, stamp))
+
+
+class _Stoppable:
+    """The file a writer thread streams into: it takes no more once the writer is abandoned,
+    so that an abandoned restore (an error, Ctrl-C) does not wait for the rest of a large
+    file."""
+
+    def __init__(self, out: BinaryIO, stop: threading.Event) -> None:
+        self._out = out
+        self._stop = stop
+
+    def write(self, data: bytes) -> int:
+        if self._stop.is_set():
+            raise OSError(errno.ECANCELED, os.strerror(errno.ECANCELED))
+        return self._out.write(data)
 
 
 class _Writer:
@@ -329,6 +348,7 @@ class _Writer:
                       else ThreadPoolExecutor(WRITERS, thread_name_prefix="ckpt-staging"))
         self._writing: deque[tuple[list[NewFile], Future[tuple[int, int] | None]]] = deque()
         self._dirs: Future[tuple[int, int] | None] | None = None
+        self._abandoned = threading.Event()  # set first thing by `abandon`: streams stop
 
     def make_dirs(self, paths: Iterable[bytes]) -> None:
         """Make the directories `paths` (relative to the staging directory, each after its
@@ -374,7 +394,7 @@ class _Writer:
         staged file by its place."""
         self.dirs_made()
         try:
-            _stream(store, oid, self.dir_fd, name, mode, exact, self.stamp)
+            _stream(store, oid, self.dir_fd, name, mode, exact, self.stamp, self._abandoned)
         except OSError as exc:
             if exc.filename not in (None, name):
                 raise
@@ -422,8 +442,9 @@ class _Writer:
             self.abandon()
 
     def abandon(self) -> None:
-        """End the threads (after the batches they are writing; those not begun are dropped)
-        and close the directory."""
+        """End the threads (after the batches they are writing; those not begun are dropped,
+        a stream stops at its next chunk) and close the directory."""
+        self._abandoned.set()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

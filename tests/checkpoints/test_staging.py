@@ -4,9 +4,11 @@ an object is damaged, and a write that fails names its staged file."""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -120,6 +122,30 @@ def test_a_failed_write_names_the_staged_file_and_removes_staging(
     assert caught.value.filename == os.fsdecode(where + b"/" + taken)
     assert os.listdir(where) == [taken]  # staged files gone; a directory stays
 
+
+
+def test_a_stream_stops_once_its_writer_is_abandoned(tmp_path: Path) -> None:
+    """A large file a writer thread streams takes no more chunks once the writer is
+    abandoned (an error elsewhere, Ctrl-C): abandoning does not wait for the rest of it."""
+    store = ObjectStore.init(str(tmp_path / "store"))
+    content = random.Random(5).randbytes(staging.WHOLE_CONTENT + 5)
+    oid = store.put_bytes(content)
+    store.sync()
+    out = tmp_path / "out"
+    out.mkdir()
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        stop = threading.Event()
+        staging._stream(store, oid, fd, b"whole", 0o644, False, 0, stop)
+        assert (out / "whole").read_bytes() == content  # not stopped: the whole content
+        stop.set()
+        with pytest.raises(OSError) as caught:
+            staging._stream(store, oid, fd, b"stopped", 0o644, False, 0, stop)
+        assert caught.value.errno == errno.ECANCELED
+        assert (out / "stopped").stat().st_size < len(content)
+    finally:
+        os.close(fd)
+        store.close()
 
 
 _BOUNDARIES = [0, 1, 63, 64, 65, 1023, 1024, 1025, 2047, 2048, 4097, 16_384, 65_537, 300_000]
