@@ -18,7 +18,8 @@ from ckpt.objstore.ids import ObjectId, hash_bytes
 from ckpt.objstore.native import load_native
 from ckpt.objstore.packfile import PACK_MAGIC, RECORD, check_record_bytes, record_crc
 
-_records = load_native("ckpt.objstore._records")
+_native = load_native("ckpt.objstore._records")
+_native_scan = None if _native is None else _native.scan
 
 # A fetch reads neighbouring records with one request when the gap between them is smaller
 # than this (a request costs more than this many bytes on most links), up to MAX_RANGE.
@@ -125,8 +126,8 @@ def checked_records(key: str, span: Span, data: bytes) -> list[Record]:
     `codec.envelope_refs`). CorruptObject naming the first damaged object (and the pack at
     `key` for damaged framing). The native scan (objstore/_records.c) checks a span in one
     call; at a record it finds damaged, or without it, this loop says what is wrong."""
-    if _records is not None:
-        found: list[Record] | int = _records.scan(data, span.start, span.entries, zlib.crc32)
+    if _native_scan is not None:
+        found: list[Record] | int = _native_scan(data, span.start, span.entries, zlib.crc32)
         if not isinstance(found, int):
             return found
     records: list[Record] = []

@@ -91,7 +91,7 @@ envelopes = st.lists(st.builds(_envelope, st.integers(0, 4), st.binary(max_size=
                      min_size=1, max_size=30, unique=True)
 
 
-@pytest.mark.skipif(packs._records is None, reason="objstore._records is not built")
+@pytest.mark.skipif(packs._native_scan is None, reason="objstore._records is not built")
 @seed(25)
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(envelopes, st.data())
@@ -119,9 +119,9 @@ def test_the_native_scan_agrees_with_the_python_checks(items: list[bytes],
             part[at + 4] = data.draw(st.integers(5, 255))
         else:
             part[at] ^= 0x20
-    native = packs._records.scan(bytes(part), span.start, span.entries, zlib.crc32)
+    native = packs._native_scan(bytes(part), span.start, span.entries, zlib.crc32)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(packs, "_records", None)
+        patch.setattr(packs, "_native_scan", None)
         try:
             expected: list[packs.Record] | CorruptObject = packs.checked_records(
                 "k", span, bytes(part))
