@@ -93,7 +93,7 @@ _LIST_FROM = 256
 STORE_BATCH = 4 << 20
 # A fetch reads a pack's ranges in parts of about this many bytes, the next part while the
 # caller stores this one: what it holds does not grow with the pack size.
-FETCH_PART = 16 << 20
+FETCH_PART = 8 << 20
 PARTS_AHEAD = 4
 # What the last small GETs brought stays in memory up to this size (`_Recent`).
 RECENT_BYTES = 16 << 20
