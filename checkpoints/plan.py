@@ -157,7 +157,7 @@ class _Builder:
         entry."""
         writes, mkdirs = self.writes, self.mkdirs
         tree, tombstone = EntryKind.TREE, EntryKind.TOMBSTONE
-        for entry in sorted(self.load(new).entries, key=_name_of):
+        for entry in self.load(new).entries:  # a Tree's entries are sorted by name
             name = entry.name
             path = RelPath(name if prefix is None else prefix + b"/" + name)
             if name == _GIT or path in self.reserved:
@@ -301,10 +301,6 @@ def _count_leaves(load: TreeLoader, oid: ObjectId) -> int:
         elif entry.kind is not EntryKind.TOMBSTONE:
             count += 1
     return count
-
-
-def _name_of(entry: TreeEntry) -> bytes:
-    return entry.name
 
 
 def _depth(removal: Removal) -> int:

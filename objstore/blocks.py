@@ -180,21 +180,21 @@ def _content(backend: Backend, block: ObjectId, end: int, oid: ObjectId | None, 
 
 
 def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[ObjectId, bytes]],
-               decode: Callable[[ObjectId, bytes], bytes] | None = None
+               decode: Callable[[ObjectId, bytes], bytes]
                ) -> Iterator[tuple[ObjectId, bytes, bytes | None]]:
     """`items` (ids and their envelopes) again, in order, for a caller that decodes them all
-    (a restore), each with its content if `decode` gave it (else None). Meanwhile threads of
-    its own (`AHEAD_THREADS`) decompress each block their members name, whole, up to `AHEAD`
-    blocks before the first of those members is given back, which then finds its block in
-    `cache`; and, given `decode`, decode each envelope that is not a member, up to
-    `AHEAD_DECODES` of them ahead. zstd runs outside the GIL, so the caller's hashing and
+    (a restore), each with its content as `decode` gave it, or None for a block member.
+    Meanwhile threads of its own (`AHEAD_THREADS`) decompress each block the members name,
+    whole, up to `AHEAD` blocks before the first of those members is given back, which then
+    finds its block in `cache`; and run `decode` on each envelope that is not a member, up
+    to `AHEAD_DECODES` of them ahead. zstd runs outside the GIL, so the caller's hashing and
     writing of one content overlap the decompression of the next ones. At most
     `AHEAD_BYTES` of envelopes and decoded contents are read ahead of the caller. A block
     the threads cannot read is left to the member's own read, which names the member and
     the damage; what `decode` raises is raised when its item's turn comes."""
     source = iter(items)
-    pending: deque[tuple[ObjectId, bytes, ObjectId | None, Future[bytes | None] | None,
-                         int]] = deque()
+    pending: deque[tuple[ObjectId, bytes, ObjectId | None, Future[bytes | None], int]] = (
+        deque())
     # The blocks asked for lately: a member whose block was loaded a few blocks ago (members
     # pushed apart from their block arrive out of block order) uses that load again instead
     # of decompressing the block on the caller's thread once the cache has dropped it.
@@ -214,7 +214,7 @@ def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[Object
                         break
                     oid, stored = item
                     block = _block_of(stored)
-                    future: Future[bytes | None] | None = None
+                    future: Future[bytes | None] | None
                     size = len(stored)
                     if block is not None:
                         future = recent.get(block)
@@ -231,7 +231,7 @@ def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[Object
                                 recent.popitem(last=False)
                         else:
                             recent.move_to_end(block)
-                    elif decode is not None:
+                    else:
                         future = pool.submit(decode, oid, stored)
                         decoding += 1
                         size += _declared_size(stored)
@@ -241,9 +241,7 @@ def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[Object
                     return
                 oid, stored, block, future, size = pending.popleft()
                 held -= size
-                if future is None:
-                    yield oid, stored, None
-                elif block is None:
+                if block is None:
                     decoding -= 1
                     yield oid, stored, future.result()
                 else:
@@ -259,8 +257,7 @@ def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[Object
             for future in recent.values():
                 future.cancel()
             for *_, future, _ in pending:
-                if future is not None:
-                    future.cancel()
+                future.cancel()
 
 
 def _declared_size(stored: bytes) -> int:
