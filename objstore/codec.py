@@ -40,6 +40,7 @@ import zstandard
 
 from ckpt.objstore.errors import CorruptObject, InvalidTree, ObjectNotFound, ObjstoreError
 from ckpt.objstore.ids import OID_SIZE, ObjectId
+from ckpt.objstore.native import load_native
 from ckpt.objstore.objects import EntryKind, Tree, TreeEntry, make_entry
 
 MAGIC = b"CKO"
@@ -541,9 +542,25 @@ def encode_tree(tree: Tree) -> bytes:
 
 _KINDS = {int(kind): kind for kind in EntryKind}
 
+# The native decoder (objstore/_trees.c) of a canonical tree of common entries: most trees of a
+# source tree. It answers None for any other, which the Python loop below decodes or refuses.
+_native_trees = load_native("ckpt.objstore._trees")
+_native_decode = None
+if _native_trees is not None:
+    _native_trees.configure(
+        TreeEntry, Tree, (None, *sorted(EntryKind)),
+        tuple(TreeEntry.__dict__[field] for field in
+              ("name", "kind", "oid", "target", "size", "mode")),
+        Tree.__dict__["entries"])
+    _native_decode = _native_trees.decode
+
 
 def decode_tree(data: bytes, oid: ObjectId | None = None) -> Tree:
     """Decode and validate a tree; anything that is not a canonical tree is `InvalidTree`."""
+    if _native_decode is not None:
+        decoded_natively: Tree | None = _native_decode(data)
+        if decoded_natively is not None:
+            return decoded_natively
     try:
         decoded = msgpack.unpackb(data, use_list=False, raw=True, strict_map_key=True)
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:

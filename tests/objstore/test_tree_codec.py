@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ckpt.objstore import CorruptObject, EntryKind, InvalidTree, Tree, TreeEntry, hash_bytes
+from ckpt.objstore import CorruptObject, EntryKind, InvalidTree, Tree, TreeEntry, codec, hash_bytes
 from ckpt.objstore.codec import decode_tree, encode_tree
 from ckpt.objstore.objects import entry_mode
 
@@ -337,3 +337,86 @@ def test_make_entry_accepts_and_rejects_exactly_what_the_constructor_does(
         return
     made = make_entry(name, kind, oid, target, size)  # type: ignore[arg-type]
     assert made == expected and hash(made) == hash(expected) and repr(made) == repr(expected)
+
+
+# -- the native decoder (objstore/_trees.c) against the Python loop ---------------------------
+
+native_decoder = pytest.mark.skipif(codec._native_decode is None,
+                                    reason="objstore._trees is not built (or CKPT_NATIVE=0)")
+
+
+def python_decode(data: bytes) -> Tree | InvalidTree:
+    """What the Python loop alone makes of `data`: its tree, or the error it raises."""
+    native, codec._native_decode = codec._native_decode, None
+    try:
+        return decode_tree(data)
+    except InvalidTree as exc:
+        return exc
+    finally:
+        codec._native_decode = native
+
+
+def assert_native_agrees(data: bytes) -> Tree | None:
+    """The native decoder gives the Python loop's tree for `data`, or None (the loop decides):
+    never a tree where the loop raises, nor another tree. Returns what it gave."""
+    assert codec._native_decode is not None
+    expected = python_decode(data)
+    got = codec._native_decode(data)
+    if got is not None:
+        assert not isinstance(expected, InvalidTree), expected
+        assert got == expected
+        assert [repr(e) for e in got.entries] == [repr(e) for e in expected.entries]
+    return got
+
+
+common_entries = st.builds(
+    lambda name, kind, oid, size, bits: TreeEntry(
+        name, kind, oid, None, size,
+        entry_mode(kind, bits & ~0o100 | (0o100 if kind is EntryKind.EXECUTABLE else 0))),
+    names, st.sampled_from([EntryKind.FILE, EntryKind.EXECUTABLE, EntryKind.TREE]), oids, sizes,
+    st.integers(0, 0o777))
+common_trees = st.lists(common_entries, unique_by=lambda entry: entry.name,
+                        max_size=40).map(Tree.build)
+
+
+@native_decoder
+@settings(deadline=None, max_examples=200)
+@given(common_trees)
+def test_native_decoder_decodes_every_tree_of_common_entries(tree: Tree) -> None:
+    assert assert_native_agrees(encode_tree(tree)) == tree
+
+
+@native_decoder
+@settings(deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(trees, common_trees), mutations)
+def test_native_decoder_agrees_with_python_on_mutated_trees(
+        tree: Tree, mutation: tuple[str, int, bytes]) -> None:
+    assert_native_agrees(encode_tree(tree))  # symlinks and tombstones: None
+    assert_native_agrees(mutate(encode_tree(tree), *mutation))
+
+
+@native_decoder
+@settings(deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=256), st.lists(loose_values, max_size=6))
+def test_native_decoder_agrees_with_python_on_arbitrary_bytes(data: bytes,
+                                                             row: list[object]) -> None:
+    assert_native_agrees(data)
+    assert_native_agrees(crafted([row]))
+    assert_native_agrees(crafted([file_row(b"a"), row]))
+
+
+@native_decoder
+def test_native_decoder_takes_every_width_of_msgpack_header() -> None:
+    # array16 and array32 rows, bin8/bin16 names, each width of integer, and a mode.
+    sizes_of_every_width = [0, 127, 128, 255, 256, 65535, 65536, (1 << 32) - 1, 1 << 32,
+                            (1 << 64) - 1]
+    rows = [TreeEntry(b"n%06d" % i, EntryKind.FILE, OID_A, None,
+                      sizes_of_every_width[i % len(sizes_of_every_width)])
+            for i in range(70_000)]
+    rows.append(TreeEntry(b"z" * 300, EntryKind.EXECUTABLE, OID_B, None, 1, 0o750))
+    for tree in (Tree.build(rows[:20]), Tree.build(rows)):
+        assert assert_native_agrees(encode_tree(tree)) == tree
+    # The same values in a wider encoding than msgpack's shortest are left to Python.
+    wide = b"\x92\x01\x91\x94\xc4\x01a\x01\xc4\x20" + bytes(32) + b"\xcd\x00\x05"
+    assert assert_native_agrees(wide) is None
+    assert isinstance(python_decode(wide), InvalidTree)
