@@ -13,6 +13,7 @@ Reads trees from the local store only; must not import the remote code nor write
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -75,9 +76,12 @@ def _diff(store: ObjectStore, new: ObjectId, old: ObjectId | None, trees: dict[O
     read. A damaged or missing tree of `new` raises (the push must not send half of it); one
     of `old` counts as absent (its subtree is walked whole)."""
     reads = 0
-    stack: list[tuple[ObjectId, ObjectId | None]] = [(new, old)]
-    while stack:
-        tree_id, base_id = stack.pop()
+    # Level by level, as a snapshot puts a tree's files (scan.py): the blobs then go out in
+    # the order their blocks were made, so a block's members lie together in the packs and a
+    # fresh machine's restore, which reads the packs in order, meets each block once.
+    queue: deque[tuple[ObjectId, ObjectId | None]] = deque([(new, old)])
+    while queue:
+        tree_id, base_id = queue.popleft()
         if tree_id == base_id or tree_id in walked:
             continue
         walked.add(tree_id)
@@ -98,7 +102,7 @@ def _diff(store: ObjectStore, new: ObjectId, old: ObjectId | None, trees: dict[O
             if was is not None and was.oid == entry.oid:
                 continue
             if entry.kind is EntryKind.TREE:
-                stack.append((entry.oid, was.oid if was is not None
+                queue.append((entry.oid, was.oid if was is not None
                               and was.kind is EntryKind.TREE else None))
             else:
                 blobs[entry.oid] = None

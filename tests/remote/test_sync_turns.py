@@ -5,6 +5,7 @@ checkpoint exactly."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import shutil
 from pathlib import Path
@@ -16,7 +17,8 @@ from seaweed import Bucket
 
 import ckpt.checkpoints.remote_push as remote_push
 from ckpt.checkpoints import Checkpoints
-from ckpt.objstore import ObjectId
+from ckpt.checkpoints.config import read_config, write_config
+from ckpt.objstore import ObjectId, codec
 from ckpt.objstore.gc import find_reachable
 from ckpt.objstore.remote.repo import RemoteRepo
 
@@ -128,3 +130,29 @@ def test_a_push_plan_holds_every_object_no_base_has(tmp_path: Path) -> None:
             assert plan <= reach
             assert reach - find_reachable(store, {r.tree for r in bases}) <= plan, cut
             assert set(remote_push.plan_push(store, todo, []).oids) == reach
+
+
+def test_a_push_sends_each_blocks_members_in_one_run(tmp_path: Path) -> None:
+    """Small blocks over 288 small files in 60 directories, so that each block straddles
+    directories: the plan lists each block's members together, in the order the snapshot put
+    them, so that a fresh machine reading the packs in order decompresses each block once."""
+    rng = random.Random(47)
+    root = tmp_path / "w"
+    _deep_tree(root, rng)
+    store = tmp_path / "store"
+    Checkpoints.init(root, store=store).close()
+    write_config(str(store), dataclasses.replace(read_config(str(store)), block_size=16 << 10))
+    with Checkpoints.open(root, store=store) as cp:
+        record = cp.create()
+        runs: list[ObjectId] = []  # the block of each run of members, in plan order
+        members = 0
+        for oid in remote_push.plan_push(cp.objects, [record], []).oids:
+            stored = cp.objects.backend.get(oid)
+            if stored[4] != codec.CODEC_BLOCK:
+                continue
+            members += 1
+            block = codec.member_header(stored, oid)[0]
+            if not runs or runs[-1] != block:
+                runs.append(block)
+    assert members >= 200 and len(set(runs)) >= 3, (members, len(set(runs)))
+    assert len(runs) == len(set(runs))
