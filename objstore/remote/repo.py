@@ -72,9 +72,10 @@ from ckpt.objstore.store import ObjectStore
 # it stored (None for one the store had already).
 Arrived = tuple[ObjectId, bytes | None]
 
-# A fetch's round: ids, and the order to read their packs in (pack id -> rank; unranked
-# packs after, in the order the ids meet them).
-Round = tuple[list[ObjectId], dict[str, int]]
+# A fetch's round: ids, where each is (None: looked up when the round is read), and the order
+# to read their packs in (pack id -> rank; unranked packs after, in the order the ids meet
+# them).
+Round = tuple[list[ObjectId], list[Location | None] | None, dict[str, int]]
 # A fetched record (packs.Record), and the bytes of the GET that brought it (see `_records`).
 _Fetched = tuple[ObjectId, bytes, int, tuple[ObjectId, ...], int]
 
@@ -304,15 +305,13 @@ class RemoteRepo:
         reading it back (`ObjectStore.get_bytes_from`). What it raises ends the fetch."""
         asked_for = list(dict.fromkeys(oids))
         wanted = lacking(store, asked_for)
-        if ready is not None:
+        if ready is not None and len(wanted) < len(asked_for):
             missing = set(wanted)
             ready([(oid, None) for oid in asked_for if oid not in missing])
         if not wanted:
             return FetchReport(0, 0, 0)
         self._sync()
-        locations = self._index.locations  # a property that builds the table: looked up once
-        if any(oid not in locations for oid in wanted):
-            self._sync(again=True)
+        where = self._located(wanted)
         store_many = _putter(store)
         requested = set(wanted)
         stored_ids: set[ObjectId] = set()  # put by this fetch
@@ -347,8 +346,8 @@ class RemoteRepo:
                 count += put_many([(oid, waiting.pop(oid)[0]) for oid in ready_ids])
             return count
 
-        rounds = self._rounds(store, wanted)
-        asked: set[ObjectId] = {oid for batch, _ in rounds for oid in batch}
+        rounds = self._rounds(store, wanted, where)
+        asked: set[ObjectId] = set().union(*(batch for batch, _, _ in rounds))
         put = requests = fetched_bytes = 0
         raised = False
         found: tuple[ObjectId, ...] = ()  # the references last found batched or stored
@@ -391,7 +390,7 @@ class RemoteRepo:
             finally:  # on a raise too: the read ahead is waited for, its thread ended
                 packs.close()
             if later:
-                rounds.append((later, {}))
+                rounds.append((later, None, {}))
         if waiting:  # every reference is stored by now, unless the remote holds a cycle
             oid = next(iter(waiting))
             raise CorruptObject(oid, "its dictionary or delta base never arrives "
@@ -400,70 +399,81 @@ class RemoteRepo:
             store.sync()
         return FetchReport(put, fetched_bytes, requests)
 
-    def _rounds(self, store: ObjectStore, wanted: list[ObjectId]) -> deque[Round]:
-        """`wanted` as rounds of a fetch, each ids and the order their packs are to be read
-        in. What the envelopes need (blocks, dictionaries, bases, at every depth, as the
-        remote's refs files say) and the store lacks is read in the same pass as what needs
-        it when it comes first there: earlier in the same pack, or in a pack read before
-        (`_pack_order`), as a block and its members are pushed. The rest, read in a first
-        round of their own, is stored before the envelopes that need it arrive, instead of
-        those waiting for it in memory. Within that round a base that arrives before its own
-        base waits until the end of that one's part; the depths share one round so that the
-        fetch makes one pass over the packs for all of them. (An envelope naming one the
+    def _located(self, oids: list[ObjectId]) -> list[Location | None]:
+        """Where each of `oids` is, by the remote's indexes; listed again first if one is in
+        none of them (another machine may have pushed since the listing)."""
+        where = list(map(self._index.locations.get, oids))
+        if None in where:
+            self._sync(again=True)
+            where = list(map(self._index.locations.get, oids))
+        return where
+
+    def _rounds(self, store: ObjectStore, wanted: list[ObjectId],
+                where: list[Location | None]) -> deque[Round]:
+        """`wanted` (found at `where`) as rounds of a fetch, each ids and the order their
+        packs are to be read in. What the envelopes need (blocks, dictionaries, bases, at every
+        depth, as the remote's refs files say) and the store lacks is read in the same pass as
+        what needs it when it comes first there: earlier in the same pack, or in a pack read
+        before (`_pack_order`), as a block and its members are pushed. The rest, read in a
+        first round of their own, is stored before the envelopes that need it arrive, instead
+        of those waiting for it in memory. Within that round a base that arrives before its
+        own base waits until the end of that one's part; the depths share one round so that
+        the fetch makes one pass over the packs for all of them. (An envelope naming one the
         refs files do not is still held back.)"""
         refs = self._index.refs
+        locations = self._index.locations
         seen = set(wanted)
-        needs: dict[ObjectId, list[ObjectId]] = {}  # what the store lacks -> what needs it
-        level = wanted
+        # what the store lacks -> what needs it, and where each of those is
+        needs: dict[ObjectId, tuple[list[ObjectId], list[Location | None]]] = {}
+        level, level_where = wanted, where
         while True:
-            named: dict[ObjectId, list[ObjectId]] = {}
-            for oid in level:
-                ref = refs.get(oid)
+            named: dict[ObjectId, tuple[list[ObjectId], list[Location | None]]] = {}
+            for oid, ref, at in zip(level, map(refs.get, level), level_where):
                 if ref is not None and ref not in seen:
-                    named.setdefault(ref, []).append(oid)
+                    group = named.get(ref)
+                    if group is None:
+                        named[ref] = ([oid], [at])
+                    else:
+                        group[0].append(oid)
+                        group[1].append(at)
             level = lacking(store, list(named))
             if not level:
                 break
             seen.update(level)
             needs.update((ref, named[ref]) for ref in level)
+            level_where = list(map(locations.get, level))
         if not needs:
-            return deque([(wanted, {})])
-        locations = self._index.locations
+            return deque([(wanted, where, {})])
         after: dict[str, set[str]] = defaultdict(set)  # pack -> packs holding what it needs
         # ref -> where it is, the first offset of what needs it in its own pack (None: all in
         # others), the other packs that hold what needs it; nothing for one not located
         places: dict[ObjectId, tuple[Location, int | None, set[str]]] = {}
-        for ref, dependents in needs.items():
-            where = locations.get(ref)
-            if where is None:
+        for ref, (_, dependents_at) in needs.items():
+            at_ref = locations.get(ref)
+            if at_ref is None or None in dependents_at:
                 continue
-            nearest: int | None = None
-            others: set[str] = set()
-            for dependent in dependents:
-                at = locations.get(dependent)
-                if at is None:
-                    break
-                if at.packid != where.packid:
-                    others.add(at.packid)
-                elif nearest is None or at.offset < nearest:
-                    nearest = at.offset
-            else:
-                for packid in others:
-                    after[packid].add(where.packid)
-                places[ref] = (where, nearest, others)
+            located = cast(list[Location], dependents_at)
+            pack = at_ref.packid
+            others = {at.packid for at in located}
+            nearest = (min([at.offset for at in located if at.packid == pack])
+                       if pack in others else None)
+            others.discard(pack)
+            for packid in others:
+                after[packid].add(pack)
+            places[ref] = (at_ref, nearest, others)
         order = _pack_order(after)
         main = set(wanted)
         alongside: list[ObjectId] = []
         first: list[ObjectId] = []
-        for ref, dependents in needs.items():  # by depth: a dependent is placed already
+        for ref, (dependents, _) in needs.items():  # by depth: a dependent is placed already
             place = places.get(ref)
             if place is not None and main.issuperset(dependents) and _comes_first(*place, order):
                 main.add(ref)
                 alongside.append(ref)
             else:
                 first.append(ref)
-        rounds: deque[Round] = deque([(first, {})] if first else [])
-        rounds.append((wanted + alongside, order))
+        rounds: deque[Round] = deque([(first, None, {})] if first else [])
+        rounds.append((wanted + alongside, where + [places[ref][0] for ref in alongside], order))
         return rounds
 
     def _read_packs(self, groups: dict[str, list[Entry]]
@@ -500,19 +510,19 @@ class RemoteRepo:
                 top_up()
                 yield _records(key, spans, parts, sizes)
 
-    def _by_pack(self, oids: list[ObjectId], order: dict[str, int]
-                 ) -> dict[str, list[Entry]]:
-        """The entries of `oids` by pack, the packs numbered in `order` first (by it), the
-        others in the order `oids` first meets them."""
+    def _by_pack(self, oids: list[ObjectId], where: list[Location | None] | None,
+                 order: dict[str, int]) -> dict[str, list[Entry]]:
+        """The entries of `oids` (found at `where`; None: looked up here) by pack, the packs
+        numbered in `order` first (by it), the others in the order `oids` first meets them."""
         groups: dict[str, list[Entry]] = defaultdict(list)
-        locations = self._index.locations
-        for oid in oids:
-            where = locations.get(oid)
-            if where is None:
+        if where is None:
+            where = list(map(self._index.locations.get, oids))
+        for oid, at in zip(oids, where):
+            if at is None:
                 for key, reason in self._index.damaged.items():
                     raise RemoteCorrupt(self.url, key, reason)
                 raise RemoteNotFound(self.url, f"object {oid.hex()}", oid)
-            groups[where.packid].append((oid, where.offset, where.length))
+            groups[at.packid].append((oid, at.offset, at.length))
         if not order:
             return groups
         last = len(order)
