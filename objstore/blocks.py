@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from ckpt.objstore import codec
 from ckpt.objstore.backend import Backend
 from ckpt.objstore.errors import CorruptObject, ObjectNotFound
-from ckpt.objstore.ids import OID_SIZE, ObjectId
+from ckpt.objstore.ids import ObjectId
 
 # Raw bytes of a block: zstd's window spans it whole; past this size a block saves little more
 # (bench/storage.py) and a read of one member decompresses up to all of it.
@@ -179,28 +179,33 @@ def _content(backend: Backend, block: ObjectId, end: int, oid: ObjectId | None, 
     return content
 
 
+# What `read_ahead` gives back for each item: its id, its envelope, and either its content as
+# `decode` gave it and None, or, for a block member, its block's content (None where the
+# threads could not load the block) and its place in it (block id, offset, length).
+Ahead = tuple[ObjectId, bytes, bytes | None, tuple[ObjectId, int, int] | None]
+
+
 def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[ObjectId, bytes]],
-               decode: Callable[[ObjectId, bytes], bytes]
-               ) -> Iterator[tuple[ObjectId, bytes, bytes | None]]:
+               decode: Callable[[ObjectId, bytes], bytes]) -> Iterator[Ahead]:
     """`items` (ids and their envelopes) again, in order, for a caller that decodes them all
-    (a restore), each with its content as `decode` gave it, or None for a block member.
-    Meanwhile threads of its own (`AHEAD_THREADS`) decompress each block the members name,
-    whole, up to `AHEAD` blocks before the first of those members is given back, which then
-    finds its block in `cache`; and run `decode` on each envelope that is not a member, up
+    (a restore), each as an `Ahead`. Meanwhile threads of its own (`AHEAD_THREADS`) decompress each block the members name,
+    whole, up to `AHEAD` blocks before the first of those members is given back (and put in
+    `cache` then, for the readers that come back to it); and run `decode` on each envelope that is not a member, up
     to `AHEAD_DECODES` of them ahead. zstd runs outside the GIL, so the caller's hashing and
     writing of one content overlap the decompression of the next ones. At most
     `AHEAD_BYTES` of envelopes and decoded contents are read ahead of the caller. A block
     the threads cannot read is left to the member's own read, which names the member and
     the damage; what `decode` raises is raised when its item's turn comes."""
     source = iter(items)
-    pending: deque[tuple[ObjectId, bytes, ObjectId | None, Future[bytes | None], int]] = (
-        deque())
+    pending: deque[tuple[ObjectId, bytes, tuple[ObjectId, int, int] | None,
+                         Future[bytes | None], int]] = deque()
     # The blocks asked for lately: a member whose block was loaded a few blocks ago (members
     # pushed apart from their block arrive out of block order) uses that load again instead
     # of decompressing the block on the caller's thread once the cache has dropped it.
     recent: OrderedDict[ObjectId, Future[bytes | None]] = OrderedDict()
     unused: set[ObjectId] = set()  # blocks asked for that no member given back has used yet
     cached: ObjectId | None = None  # the block last put in the cache (its members come in a row)
+    content: bytes | None = None  # its content
     held = decoding = 0
     exhausted = False
     with ThreadPoolExecutor(AHEAD_THREADS, thread_name_prefix="ckpt-blocks") as pool:
@@ -213,10 +218,11 @@ def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[Object
                         exhausted = True
                         break
                     oid, stored = item
-                    block = _block_of(stored)
+                    place = codec.member_place(stored)
                     future: Future[bytes | None] | None
                     size = len(stored)
-                    if block is not None:
+                    if place is not None:
+                        block = place[0]
                         future = recent.get(block)
                         if future is None:
                             known = cache.get(block)  # loaded for an earlier run of members
@@ -235,24 +241,25 @@ def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[Object
                         future = pool.submit(decode, oid, stored)
                         decoding += 1
                         size += _declared_size(stored)
-                    pending.append((oid, stored, block, future, size))
+                    pending.append((oid, stored, place, future, size))
                     held += size
                 if not pending:
                     return
-                oid, stored, block, future, size = pending.popleft()
+                oid, stored, place, future, size = pending.popleft()
                 held -= size
-                if block is None:
+                if place is None:
                     decoding -= 1
-                    yield oid, stored, future.result()
+                    yield oid, stored, future.result(), None
                 else:
+                    block = place[0]
                     unused.discard(block)
                     if block != cached:
                         content = future.result()
+                        cached = block
                         if content is not None:
                             # Again for each run of its members: the cache may have dropped it.
                             cache.put(block, content)
-                            cached = block
-                    yield oid, stored, None
+                    yield oid, stored, content, place
         finally:
             for future in recent.values():
                 future.cancel()
@@ -264,17 +271,6 @@ def _declared_size(stored: bytes) -> int:
     """The content size an envelope's header declares (0 for one too short to say: its
     decode says why)."""
     return int.from_bytes(stored[5:codec.HEADER_SIZE], "little")
-
-
-_BLOCK_ID_END = codec.HEADER_SIZE + OID_SIZE
-
-
-def _block_of(stored: bytes) -> ObjectId | None:
-    """The block a member's envelope names; None for another envelope, or a damaged one (its
-    own read says why)."""
-    if len(stored) < _BLOCK_ID_END or stored[4] != codec.CODEC_BLOCK:
-        return None
-    return ObjectId(bytes(stored[codec.HEADER_SIZE:_BLOCK_ID_END]))
 
 
 def _whole_or_none(backend: Backend, block: ObjectId) -> bytes | None:

@@ -424,9 +424,26 @@ def member_envelope(length: int, block: ObjectId, offset: int) -> bytes:
             + _varint(length))
 
 
+def member_place(stored: bytes) -> tuple[ObjectId, int, int] | None:
+    """(block id, offset, length) of a block member's envelope; None for another envelope, or
+    a damaged one (`member_header` or `decode_object` says why)."""
+    if len(stored) < HEADER_SIZE + OID_SIZE or stored[4] != CODEC_BLOCK:
+        return None
+    if _native_member is not None:
+        return _native_member(stored)  # type: ignore[no-any-return]
+    try:
+        return member_header(stored)
+    except CorruptObject:
+        return None
+
+
 def member_header(stored: bytes | memoryview, oid: ObjectId | None = None
                   ) -> tuple[ObjectId, int, int]:
     """(block id, offset, length) of a codec 4 envelope; its length must be the header's."""
+    if _native_member is not None:
+        place: tuple[ObjectId, int, int] | None = _native_member(stored)
+        if place is not None:
+            return place
     _, declared = read_header(stored, oid)
     at = HEADER_SIZE + OID_SIZE
     if len(stored) < at:
@@ -542,17 +559,19 @@ def encode_tree(tree: Tree) -> bytes:
 
 _KINDS = {int(kind): kind for kind in EntryKind}
 
-# The native decoder (objstore/_trees.c) of a canonical tree of common entries: most trees of a
-# source tree. It answers None for any other, which the Python loop below decodes or refuses.
-_native_trees = load_native("ckpt.objstore._trees")
-_native_decode = None
-if _native_trees is not None:
-    _native_trees.configure(
+# The native decoders (objstore/_codec.c): of a canonical tree of common entries (most trees
+# of a source tree) and of a well-formed member envelope. They answer None for anything else,
+# which the Python code decodes or refuses.
+_native = load_native("ckpt.objstore._codec")
+_native_decode = _native_member = None
+if _native is not None:
+    _native.configure(
         TreeEntry, Tree, (None, *sorted(EntryKind)),
         tuple(TreeEntry.__dict__[field] for field in
               ("name", "kind", "oid", "target", "size", "mode")),
         Tree.__dict__["entries"])
-    _native_decode = _native_trees.decode
+    _native_decode = _native.decode_tree
+    _native_member = _native.member_place
 
 
 def decode_tree(data: bytes, oid: ObjectId | None = None) -> Tree:
@@ -643,6 +662,7 @@ __all__ = [
     "iter_encode_object",
     "member_envelope",
     "member_header",
+    "member_place",
     "needs_compression",
     "pack_data",
     "read_header",

@@ -380,18 +380,17 @@ class ObjectStore:
         cache = self._blocks
         envelopes = ((oid, backend.get(oid) if stored is None else stored)
                      for oid, stored in items)
-        last: ObjectId | None = None
-        content = b""
-        for oid, stored, data in blocks.read_ahead(backend, cache, envelopes, self._decode):
-            if data is not None:  # decoded ahead
+        for oid, _, data, place in blocks.read_ahead(backend, cache, envelopes, self._decode):
+            if place is None:  # decoded ahead
+                assert data is not None
                 yield oid, data, 0, len(data)
                 continue
-            # A member: a slice of its block's content, which is in the cache by now.
-            block, offset, length = codec.member_header(stored, oid)
-            if block != last or len(content) < offset + length:
-                content = blocks.block_content(backend, cache, block, offset + length, oid)
-                last = block
-            yield oid, content, offset, length
+            # A member: a slice of its block's content, loaded ahead unless that failed (then
+            # the read here names the damage).
+            block, offset, length = place
+            if data is None or len(data) < offset + length:
+                data = blocks.block_content(backend, cache, block, offset + length, oid)
+            yield oid, data, offset, length
 
     def _decode(self, oid: ObjectId, stored: bytes) -> bytes:
         """The content of `oid`'s envelope `stored`, not verified (on any thread)."""

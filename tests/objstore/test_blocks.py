@@ -348,6 +348,57 @@ def test_a_member_envelope_reads_back_and_a_damaged_one_is_refused(
         codec.member_header(damaged)
 
 
+def python_member(stored: bytes) -> tuple[ObjectId, int, int] | None:
+    """What codec.py's Python loop alone makes of a member envelope (None: it refuses it)."""
+    native, codec._native_member = codec._native_member, None
+    try:
+        return codec.member_header(stored)
+    except CorruptObject:
+        return None
+    finally:
+        codec._native_member = native
+
+
+@pytest.mark.skipif(codec._native_member is None,
+                    reason="objstore._codec is not built (or CKPT_NATIVE=0)")
+@given(offset=st.integers(0, (1 << 64) - 1), length=st.integers(0, (1 << 64) - 1),
+       how=st.sampled_from(["flip", "truncate", "extend", "insert"]),
+       index=st.integers(0, 80), extra=st.binary(min_size=1, max_size=11))
+@settings(max_examples=300, deadline=None)
+@seed(4243)
+def test_the_native_member_decoder_agrees_with_python(
+        offset: int, length: int, how: str, index: int, extra: bytes) -> None:
+    block = ObjectId(bytes(range(32)))
+    envelope = codec.member_envelope(length, block, offset)
+    assert codec._native_member(envelope) == (block, offset, length) == python_member(envelope)
+    at = index % len(envelope)
+    damaged = {"flip": envelope[:at] + bytes([envelope[at] ^ (extra[0] or 1)]) + envelope[at + 1:],
+               "truncate": envelope[:at], "extend": envelope + extra,
+               "insert": envelope[:at] + extra + envelope[at:]}[how]
+    got = codec._native_member(damaged)
+    if len(damaged) < 5 or damaged[4] != codec.CODEC_BLOCK:
+        assert got is None and codec.member_place(damaged) is None
+    else:  # the same place as Python's, or None where Python refuses it or goes past 64 bits
+        assert got is None or got == python_member(damaged)
+        expected = python_member(damaged)
+        assert got is not None or expected is None or max(expected[1:]) >= 1 << 64
+        assert codec.member_place(damaged) == got
+
+
+@pytest.mark.skipif(codec._native_member is None,
+                    reason="objstore._codec is not built (or CKPT_NATIVE=0)")
+def test_the_native_member_decoder_leaves_a_varint_past_64_bits_to_python() -> None:
+    block = ObjectId(bytes(32))
+    header = codec.member_envelope(5, block, 0)[:codec.HEADER_SIZE + 32]
+    widest = b"\xff" * 9 + b"\x01"  # 2**64 - 1: ten bytes, the last holds bit 63
+    assert codec._native_member(header + widest + b"\x05") == (block, (1 << 64) - 1, 5)
+    past = b"\x80" * 9 + b"\x02"  # 2**64
+    assert codec._native_member(header + past + b"\x05") is None
+    assert python_member(header + past + b"\x05") == (block, 1 << 64, 5)
+    assert codec._native_member(header + b"\x80" * 10 + b"\x00\x05") is None
+    assert python_member(header + b"\x80" * 10 + b"\x00\x05") is None
+
+
 # -- gc --------------------------------------------------------------------------------------
 
 

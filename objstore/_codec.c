@@ -1,21 +1,28 @@
-/* objstore._trees: the decoding of a tree object's bytes, for the trees whose entries are all
- * of the common kind (a file, an executable or a directory, with a plain name).
+/* objstore._codec: the two decodings of objstore/codec.py that a restore makes per object:
+ * a tree's bytes, for the trees whose entries are all of the common kind (a file, an
+ * executable or a directory, with a plain name), and a block member's envelope.
  *
  * `configure(entry_type, tree_type, kinds, entry_fields, tree_field)` is called once by
  * objstore/codec.py with objects.py's `TreeEntry` and `Tree` classes, the `EntryKind` members
  * by code, the slots of TreeEntry (name, kind, oid, target, size, mode) and Tree's `entries`
- * slot. `decode(data)` then returns the `Tree` that codec.decode_tree would return for
+ * slot. `decode_tree(data)` then returns the `Tree` that codec.decode_tree would return for
  * `data`, or None, and the caller decodes `data` in Python, which either decodes it the same
  * way or says what is wrong with it. None is returned for anything but canonical msgpack of
  * the tree format (every integer, byte string and array in its shortest encoding, nothing
  * after it) whose entries each pass objects.py's `_common_entry` and come in strictly
  * increasing name order: so a symlink, a tombstone, a damaged or non-canonical tree all take
- * the Python path. It never raises for damaged data.
+ * the Python path.
  *
- * Why: a restore or a diff of a large tree decodes thousands of trees, and the Python loop
- * costs microseconds an entry. The format constants mirror objstore/codec.py and
+ * `member_place(stored)` returns (block id, offset, length) of a well-formed block member's
+ * envelope (codec 4: the header, the block's id, then the offset and the length as two
+ * varints that end the envelope, the length the header's), as codec.member_header does; or
+ * None for any other envelope, and the caller asks the Python code, which says what is wrong.
+ *
+ * Neither raises for damaged data. Why: a restore or a diff of a large tree decodes thousands
+ * of trees, and a restore tens of thousands of member envelopes, and the Python loops cost
+ * microseconds an entry or an envelope. The format constants mirror objstore/codec.py and
  * objstore/objects.py; tests/objstore checks that both paths agree on valid, uncommon and
- * damaged trees. This file knows nothing of stores.
+ * damaged input. This file knows nothing of stores.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -31,6 +38,9 @@
 #define LAST_KIND 5
 #define MODE_BITS 0777
 #define FIELDS 6 /* name, kind, oid, target, size, mode */
+#define ENVELOPE_HEADER 13 /* magic "CKO", format 1, codec 1, content length u64 LE */
+#define FORMAT 1
+#define CODEC_BLOCK 4
 
 static PyTypeObject *entry_type, *tree_type;
 static PyObject *kinds[LAST_KIND + 1];
@@ -214,7 +224,7 @@ python:
 
 static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *arg) {
     if (!tree_type) {
-        PyErr_SetString(PyExc_RuntimeError, "_trees.configure was not called");
+        PyErr_SetString(PyExc_RuntimeError, "_codec.configure was not called");
         return NULL;
     }
     Py_buffer data;
@@ -232,6 +242,43 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *arg) {
         return NULL;
     }
     return tree;
+}
+
+/* A varint (LEB128, at most 64 bits) into *value; 0 for one cut short or too wide. */
+static int read_varint(Reader *r, uint64_t *value) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && r->at < r->end; shift += 7) {
+        unsigned char byte = *r->at++;
+        uint64_t bits = (uint64_t)(byte & 0x7f);
+        if (shift == 63 && bits > 1) return 0;
+        v |= bits << shift;
+        if (!(byte & 0x80)) {
+            *value = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *member_place(PyObject *Py_UNUSED(self), PyObject *arg) {
+    Py_buffer stored;
+    if (PyObject_GetBuffer(arg, &stored, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *data = stored.buf;
+    Reader r = {data + ENVELOPE_HEADER + OID_SIZE, data + stored.len};
+    uint64_t offset, length, declared = 0;
+    PyObject *place = NULL;
+    if (stored.len >= ENVELOPE_HEADER + OID_SIZE && memcmp(data, "CKO", 3) == 0
+            && data[3] == FORMAT && data[4] == CODEC_BLOCK) {
+        for (int i = 7; i >= 0; i--) declared = declared << 8 | data[5 + i];
+        if (read_varint(&r, &offset) && read_varint(&r, &length) && r.at == r.end
+                && length == declared) {
+            place = Py_BuildValue("(y#KK)", data + ENVELOPE_HEADER, (Py_ssize_t)OID_SIZE,
+                                  (unsigned long long)offset, (unsigned long long)length);
+        }
+    }
+    PyBuffer_Release(&stored);
+    if (!place && !PyErr_Occurred()) Py_RETURN_NONE;
+    return place;
 }
 
 static int settable(PyObject *field) {
@@ -270,12 +317,15 @@ static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS,
      "configure(entry_type, tree_type, kinds, entry_fields, tree_field) -> None\n"
      "The classes `decode` makes, the entry kinds by code, and the slots it sets."},
-    {"decode", decode, METH_O,
-     "decode(data) -> Tree | None\n"
+    {"decode_tree", decode, METH_O,
+     "decode_tree(data) -> Tree | None\n"
      "The tree `data` encodes, if it is canonical and its entries are all common; else None."},
+    {"member_place", member_place, METH_O,
+     "member_place(stored) -> (block, offset, length) | None\n"
+     "Where a well-formed block member's envelope says its content is; else None."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_trees", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_codec", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__trees(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__codec(void) { return PyModule_Create(&module); }
