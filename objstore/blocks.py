@@ -188,14 +188,15 @@ Ahead = tuple[ObjectId, bytes, bytes | None, tuple[ObjectId, int, int] | None]
 def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[ObjectId, bytes]],
                decode: Callable[[ObjectId, bytes], bytes]) -> Iterator[Ahead]:
     """`items` (ids and their envelopes) again, in order, for a caller that decodes them all
-    (a restore), each as an `Ahead`. Meanwhile threads of its own (`AHEAD_THREADS`) decompress each block the members name,
-    whole, up to `AHEAD` blocks before the first of those members is given back (and put in
-    `cache` then, for the readers that come back to it); and run `decode` on each envelope that is not a member, up
-    to `AHEAD_DECODES` of them ahead. zstd runs outside the GIL, so the caller's hashing and
-    writing of one content overlap the decompression of the next ones. At most
-    `AHEAD_BYTES` of envelopes and decoded contents are read ahead of the caller. A block
-    the threads cannot read is left to the member's own read, which names the member and
-    the damage; what `decode` raises is raised when its item's turn comes."""
+    (a restore), each as an `Ahead`. Meanwhile threads of its own (`AHEAD_THREADS`)
+    decompress each block the members name, whole, up to `AHEAD` blocks before the first of
+    those members is given back (and put in `cache` then, for the readers that come back to
+    it); and run `decode` on each envelope that is not a member (a damaged member envelope
+    too: its decode says why), up to `AHEAD_DECODES` of them ahead. zstd runs outside the
+    GIL, so the caller's hashing and writing of one content overlap the decompression of the
+    next ones. At most `AHEAD_BYTES` of envelopes and decoded contents are read ahead of the
+    caller. A block the threads cannot read is left to the member's own read, which names
+    the member and the damage; what `decode` raises is raised when its item's turn comes."""
     source = iter(items)
     pending: deque[tuple[ObjectId, bytes, tuple[ObjectId, int, int] | None,
                          Future[bytes | None], int]] = deque()

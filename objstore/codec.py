@@ -417,6 +417,21 @@ def _with_dictionary(body: memoryview, oid: ObjectId | None, refs: RefResolver |
     return _dict_decompressor((dictionary_id, dictionary)), body[OID_SIZE:]
 
 
+# The native decoders (objstore/_codec.c): of a canonical tree of common entries (most trees
+# of a source tree) and of a well-formed member envelope. They answer None for anything else,
+# which the Python code decodes or refuses.
+_native = load_native("ckpt.objstore._codec")
+_native_decode = _native_member = None
+if _native is not None:
+    _native.configure(
+        TreeEntry, Tree, (None, *sorted(EntryKind)),
+        tuple(TreeEntry.__dict__[field] for field in
+              ("name", "kind", "oid", "target", "size", "mode")),
+        Tree.__dict__["entries"])
+    _native_decode = _native.decode_tree
+    _native_member = _native.member_place
+
+
 def member_envelope(length: int, block: ObjectId, offset: int) -> bytes:
     """The stored bytes of a block's member (codec 4): content of `length` bytes at `offset`
     in the content of the block `block`."""
@@ -558,20 +573,6 @@ def encode_tree(tree: Tree) -> bytes:
 
 
 _KINDS = {int(kind): kind for kind in EntryKind}
-
-# The native decoders (objstore/_codec.c): of a canonical tree of common entries (most trees
-# of a source tree) and of a well-formed member envelope. They answer None for anything else,
-# which the Python code decodes or refuses.
-_native = load_native("ckpt.objstore._codec")
-_native_decode = _native_member = None
-if _native is not None:
-    _native.configure(
-        TreeEntry, Tree, (None, *sorted(EntryKind)),
-        tuple(TreeEntry.__dict__[field] for field in
-              ("name", "kind", "oid", "target", "size", "mode")),
-        Tree.__dict__["entries"])
-    _native_decode = _native.decode_tree
-    _native_member = _native.member_place
 
 
 def decode_tree(data: bytes, oid: ObjectId | None = None) -> Tree:
