@@ -56,7 +56,9 @@ _VALUED = frozenset(("--root", "--store", "--session"))
 
 
 def run(argv: "Sequence[str]") -> int | None:
-    """The exit code of `argv` run by a server, or None to run it in-process."""
+    """The exit code of `argv` run by a server, or None to run it in-process. Once a server
+    ran it, SIGINT, SIGTERM and SIGHUP are ignored: the caller exits with the code at once,
+    and a signal in between must not turn a command that printed its result into exit 130."""
     args = list(argv[1:])
     if args == ["--version"]:
         return _print_version()
@@ -257,7 +259,10 @@ def _request(channel: "wire.Channel", args: list[str]) -> int | None:
         relay.forward_pending()
         return _wait(channel)
     finally:
-        relay.restore(deliver=not accepted)
+        if accepted:
+            relay.ignore()  # the server's exit code stands (see `run`)
+        else:
+            relay.restore(deliver=True)
 
 
 def _wait(channel: "wire.Channel") -> int:
@@ -329,6 +334,13 @@ class _Relay:
         if deliver:
             for signum in self.pending:
                 _signal.raise_signal(signum)
+        self.pending.clear()
+
+    def ignore(self) -> None:
+        """Ignore the forwarded signals from now on (a held one too)."""
+        for signum in self.previous:
+            _signal.signal(signum, _signal.SIG_IGN)
+        self.previous.clear()
         self.pending.clear()
 
     def _put_back(self) -> None:

@@ -286,6 +286,26 @@ def test_a_signal_after_accepted_is_forwarded_as_interrupt(
     assert (code, out, err) == (130, b"", b"")
 
 
+def test_a_signal_after_the_exit_code_leaves_the_code_as_it_is(
+        store_ws: Path, serve: Callable[[Script], FakeServer],
+        env_for: Callable[..., dict[str, str]]) -> None:
+    """A Ctrl-C (or SIGTERM, SIGHUP) that lands after the server's EXIT, before the client's
+    process exits, is ignored: it once turned a `create` whose id the server had printed into
+    exit 130."""
+    server = serve(answering((wire.ACCEPTED, [b"1"]), (wire.EXIT, [b"0"])))
+    late = ("import signal\n"
+            "from ckpt.cli import client\n"
+            "code = client.run(['ckpt', 'list'])\n"
+            "for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n"
+            "    signal.raise_signal(signum)\n"
+            "print(code)\n")
+    done = subprocess.run([sys.executable, "-c", late], cwd=store_ws,
+                          env=env_for({"CKPT_SERVER": "auto"}), capture_output=True,
+                          check=False, timeout=60)
+    server.stop()
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"0\n", b"")
+
+
 def test_a_ctrl_c_before_the_answer_then_decline_is_an_in_process_interrupt(
         store_ws: Path, serve: Callable[[Script], FakeServer],
         env_for: Callable[..., dict[str, str]]) -> None:
