@@ -333,8 +333,10 @@ def test_an_abandoned_restore_validates(tmp_path: Path, ckpt_in: CkptIn) -> None
     first = h.ckpt(root, "create").out.strip()
     target = h.tree_state(root)
     shutil.rmtree(os.path.join(root, "d0"))
-    for index in range(300):
-        h.write_file(os.path.join(root, f"n{index % 10}", f"g{index:03}.txt"), rng.randbytes(4096))
+    # Enough new files that the apply back to `first` has ~1,000 removals after its first
+    # progress tick (every 256), where the kill is aimed.
+    for index in range(1200):
+        h.write_file(os.path.join(root, f"n{index % 10}", f"g{index:04}.txt"), rng.randbytes(4096))
     second = h.ckpt(root, "create").out.strip()
     h.kill_restore_mid_apply(root, os.path.join(root, ".ckpt"), first, second, target,
                              h.tree_state(root), rng)
