@@ -4,8 +4,9 @@ turns them off.
 Each extension (`ckpt.objstore._readfiles`, `_records`, `_codec`,
 `ckpt.checkpoints._dirscan`, `_fsops`) has a pure-Python fallback that gives the same
 results, for installs without a compiler (macOS without the command-line tools, a bare
-container). `CKPT_NATIVE=0` in the environment makes every extension count as not built, so the fallbacks run and are tested (CI runs the suite a
-second time that way). Nothing else lives here.
+container). `CKPT_NATIVE=0` in the environment makes every extension count as not built, so
+the fallbacks run and are tested (CI runs the suite a second time that way). Nothing else
+lives here.
 """
 
 from __future__ import annotations
