@@ -108,3 +108,34 @@ def test_sigint_during_start_up_exits_130_without_a_traceback(initialized: Path,
         _out, err = child.communicate(timeout=60)
         seen[judge(child.returncode, err.decode("utf-8", "replace"))] += 1
     assert seen["interrupted"] > 0, seen  # some moments fell inside ckpt's own start-up
+
+
+# `main` with the server's client replaced: a Ctrl-C lands in a finalizer on the main thread
+# (as in an import lock's cleanup callback), where Python cannot raise it, then the command
+# goes on for 30 s unless the interrupt comes back.
+_LOST_INTERRUPT = """
+import sys, time
+import ckpt.cli
+from ckpt.cli import client
+
+class Finalized:
+    def __del__(self):
+        raise KeyboardInterrupt
+
+def run(argv):
+    Finalized()
+    time.sleep(30)
+
+client.run = run
+sys.argv = ["ckpt", "list"]
+ckpt.cli.main()
+"""
+
+
+def test_an_interrupt_python_cannot_raise_on_the_main_thread_still_ends_with_130(
+        initialized: Path, env_for: Env) -> None:
+    """The unraisable hook raises the interrupt again once it has returned: raised inside the
+    hook it would be printed as "Exception ignored in sys.unraisablehook" and lost."""
+    done = subprocess.run([sys.executable, "-c", _LOST_INTERRUPT], cwd=initialized,
+                          env=env_for(), capture_output=True, text=True, timeout=25, check=False)
+    assert (done.returncode, done.stderr) == (130, "ckpt: error: interrupted\n")
