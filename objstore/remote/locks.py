@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import os
-import secrets
 import socket
 import threading
 from collections.abc import Callable
@@ -145,7 +144,7 @@ class HeldLock:
         self.transport = transport
         self.kind = kind
         self.clock = clock
-        self.key = f"{layout.LOCKS}{secrets.token_hex(16)}"
+        self.key = f"{layout.LOCKS}{os.urandom(16).hex()}"
         self.host = socket.gethostname()
         self.start = process_start(os.getpid())
         self._stop = threading.Event()

@@ -31,7 +31,6 @@ Fetch:
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import threading
 import time
@@ -141,7 +140,7 @@ class RemoteRepo:
             if not create:
                 raise RemoteFormatError(spec.url, "no ckpt remote here (a push creates one)"
                                         ) from None
-            data = layout.encode_config(secrets.token_hex(8), int(clock() * 1e9))
+            data = layout.encode_config(os.urandom(8).hex(), int(clock() * 1e9))
             try:
                 transport.put(layout.CONFIG_KEY, data, mode="create")
             except PreconditionFailed:  # another first push won: use its config
