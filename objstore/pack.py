@@ -34,6 +34,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
+from operator import itemgetter
 from typing import BinaryIO, TypeVar
 
 from ckpt.objstore import packfile
@@ -405,27 +406,54 @@ class PackedBackend:
                         crcs: Sequence[int] | None = None) -> list[bool]:
         """`put_absent` of each object, in order, with one lock round for the batch (a first
         snapshot writes tens of thousands of small objects: the per-call overhead counts)."""
-        large = self.large_object
-        if self._loose_left > 0 or any(len(stored) > large for _, stored in objects):
+        if not objects:
+            return []
+        if self._loose_left > 0 or max(map(len, map(itemgetter(1), objects))) > self.large_object:
             return [self._put_new(oid, stored) for oid, stored in objects]
-        if crcs is None:
-            record_crc = packfile.record_crc
-            crcs = [record_crc(oid, stored) for oid, stored in objects]
+        oids = list(map(itemgetter(0), objects))
         with self._lock:
             table = self._loaded()
+            if len(set(oids)) == len(oids) and table.absent(oids):
+                self._append_many(table, objects, oids, crcs)
+                return [True] * len(objects)
+            if crcs is None:
+                record_crc = packfile.record_crc
+                crcs = [record_crc(oid, stored) for oid, stored in objects]
             append = self._append
             return [append(table, oid, stored, crc) for (oid, stored), crc in zip(objects, crcs)]
+
+    def _append_many(self, table: PackTable, objects: Sequence[tuple[ObjectId, bytes]],
+                     oids: list[ObjectId], crcs: Sequence[int] | None) -> None:
+        """`_append` of each of `objects`, none of them in `table`, a pack's worth at a time
+        (caller holds the lock)."""
+        lengths = list(map(len, map(itemgetter(1), objects)))
+        done = 0
+        while done < len(objects):
+            writer = self._open_writer(table)
+            end = done + 1  # a pack takes at least one record, then what fits
+            room = self.pack_size - writer.size - packfile.RECORD.size - lengths[done]
+            if room >= sum(lengths[end:]) + packfile.RECORD.size * (len(objects) - end):
+                end = len(objects)
+            else:
+                while end < len(objects) and room > 0:
+                    room -= packfile.RECORD.size + lengths[end]
+                    end += 1
+            try:
+                offsets = writer.append_many(objects[done:end],
+                                             None if crcs is None else crcs[done:end])
+            except OSError:
+                self._drop_failed(writer)
+                raise
+            table.add_many(self._writer_slot, oids[done:end], offsets, lengths[done:end])
+            if writer.size >= self.pack_size:
+                self._seal_in_background()
+            done = end
 
     def _append(self, table: PackTable, oid: ObjectId, stored: bytes, crc: int) -> bool:
         """Append one record to this instance's open pack (caller holds the lock)."""
         if table.find(oid) is not None:  # another thread got there first
             return False
-        writer = self._writer
-        if writer is None:
-            os.makedirs(self.packs_dir, exist_ok=True)
-            writer = self._writer = PackWriter(self.packs_dir, self.fsync)
-            self._writer_slot = table.new_slot(writer.name)
-            self._listed = self._listed | {writer.name}
+        writer = self._open_writer(table)
         try:
             offset = writer.append(oid, stored, crc)
         except OSError:
@@ -435,6 +463,16 @@ class PackedBackend:
         if writer.size >= self.pack_size:
             self._seal_in_background()
         return True
+
+    def _open_writer(self, table: PackTable) -> PackWriter:
+        """This instance's open pack, a new one if it has none (caller holds the lock)."""
+        writer = self._writer
+        if writer is None:
+            os.makedirs(self.packs_dir, exist_ok=True)
+            writer = self._writer = PackWriter(self.packs_dir, self.fsync)
+            self._writer_slot = table.new_slot(writer.name)
+            self._listed = self._listed | {writer.name}
+        return writer
 
     def put_stream(self, oid: ObjectId, chunks: Iterable[bytes]) -> bool:
         if self.refresh(oid):

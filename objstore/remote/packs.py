@@ -8,7 +8,6 @@ same entries and every fetched record carries its own framing check.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -127,7 +126,7 @@ def checked_records(key: str, span: Span, data: bytes) -> list[Record]:
     `key` for damaged framing). The native scan (objstore/_records.c) checks a span in one
     call; at a record it finds damaged, or without it, this loop says what is wrong."""
     if _native_scan is not None:
-        found: list[Record] | int = _native_scan(data, span.start, span.entries, zlib.crc32)
+        found: list[Record] | int = _native_scan(data, span.start, span.entries)
         if not isinstance(found, int):
             return found
     records: list[Record] = []

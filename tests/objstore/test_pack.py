@@ -15,13 +15,16 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
+from soak import scale  # tests/ is on pytest's `pythonpath`
 
 from ckpt.objstore import (
     CorruptObject,
@@ -33,6 +36,7 @@ from ckpt.objstore import (
     Tree,
     TreeEntry,
     hash_bytes,
+    packfile,
 )
 from ckpt.objstore.gc import collect_garbage
 from ckpt.objstore.local import LocalBackend
@@ -690,3 +694,87 @@ def _reads_back(store: ObjectStore, oid: ObjectId, data: bytes) -> bool:
         return store.get_bytes(oid) == data
     except CorruptObject:
         return False
+
+
+# -- record crcs and batches -------------------------------------------------------------
+
+
+@hypothesis_seed(31)
+@settings(max_examples=scale(300, 3000), deadline=None, database=None)
+@given(data=st.binary(max_size=600), start=st.integers(0, 2**32 - 1),
+       skip=st.integers(0, 15), oid=st.binary(min_size=32, max_size=32))
+def test_record_crcs_are_zlibs_whichever_implementation_computes_them(
+    data: bytes, start: int, skip: int, oid: bytes,
+) -> None:
+    """The native crc32 (objstore/_records.c: carry-less multiply over 64-byte steps, tables
+    for the rest) gives zlib's result at every length, alignment and starting value; so does
+    the crc of a record, and so do the records framed for a batch."""
+    view = memoryview(data)[skip:]
+    assert packfile.crc32(view, start) == zlib.crc32(view, start)
+    assert packfile.crc32(bytes(view)) == zlib.crc32(view)
+    assert packfile.record_crc(oid, data) == zlib.crc32(
+        oid + len(data).to_bytes(8, "little"), zlib.crc32(data))
+    objects = [(oid, data), (bytes(reversed(oid)), bytes(view))]
+    framed = packfile.frame_records(objects, None)
+    assert framed == packfile.frame_records(objects, [packfile.record_crc(*o) for o in objects])
+    at = 0
+    for record_oid, stored in objects:
+        found, length, crc = packfile.RECORD.unpack_from(framed, at)
+        assert (found, length, crc) == (record_oid, len(stored),
+                                        packfile.record_crc(record_oid, stored))
+        at += packfile.RECORD.size
+        assert framed[at:at + length] == stored
+        at += length
+    assert at == len(framed)
+
+
+def test_a_long_crc_agrees_with_zlibs() -> None:
+    """Megabytes, the size of a fetched part, through the 64-byte folding loop."""
+    data = random.Random(32).randbytes(3 << 20)
+    assert packfile.crc32(data) == zlib.crc32(data)
+    assert packfile.crc32(data[5:], 12345) == zlib.crc32(data[5:], 12345)
+
+
+@hypothesis_seed(33)
+@settings(max_examples=scale(25, 250), deadline=None, database=None)
+@given(batches=st.lists(st.lists(st.integers(0, 3000), min_size=1, max_size=40),
+                        min_size=1, max_size=6),
+       pack_size=st.integers(1000, 20000), with_crcs=st.booleans())
+def test_batches_fill_packs_to_their_size_and_read_back_after_reopening(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[int]], pack_size: int,
+    with_crcs: bool,
+) -> None:
+    """`put_absent_many` of new objects writes each batch framed in one piece, cut where a
+    pack is full: every object reads back (from this instance and, once synced, from a new
+    one), each sealed pack ends within one record of `pack_size`, and a batch that repeats
+    or already holds an id still stores each once."""
+    objects_dir = tmp_path_factory.mktemp("batches") / "objects"
+    backend = PackedBackend(str(objects_dir), pack_size=pack_size)
+    rng = random.Random(len(batches) * pack_size)
+    stored: dict[ObjectId, bytes] = {}
+    for sizes in batches:
+        batch = []
+        for size in sizes:
+            data = rng.randbytes(size)
+            batch.append((hash_bytes(data), data))
+        if len(batch) > 2 and rng.random() < 0.3:
+            batch.append(batch[0])  # the same id twice in one batch
+        if stored and rng.random() < 0.3:
+            batch.append(next(iter(stored.items())))  # one stored before
+        crcs = [packfile.record_crc(oid, data) for oid, data in batch] if with_crcs else None
+        results = backend.put_absent_many(batch, crcs)
+        new = set()
+        for (oid, _), result in zip(batch, results):
+            assert result == (oid not in stored and oid not in new)
+            new.add(oid)
+        stored.update(batch)
+    assert all(backend.get(oid) == data for oid, data in stored.items())
+    backend.sync()
+    largest = max(map(len, stored.values())) + packfile.RECORD.size
+    for pack in pack_files(objects_dir):
+        assert pack.stat().st_size <= pack_size + largest + len(packfile.PACK_MAGIC)
+    reopened = PackedBackend(str(objects_dir))
+    assert sorted(reopened.iter_ids()) == sorted(stored)
+    assert all(reopened.get(oid) == data for oid, data in stored.items())
+    for done in (backend, reopened):
+        done.close()
