@@ -25,13 +25,16 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent import futures
+from concurrent.futures import Future
 from dataclasses import dataclass
+from itertools import chain
 
 from ckpt.objstore import codec
 from ckpt.objstore.backend import Backend
 from ckpt.objstore.errors import CorruptObject, ObjectNotFound
 from ckpt.objstore.ids import ObjectId
+from ckpt.objstore.threads import shared_pool
 
 # Raw bytes of a block: zstd's window spans it whole; past this size a block saves little more
 # (bench/storage.py) and a read of one member decompresses up to all of it.
@@ -64,6 +67,9 @@ AHEAD_BYTES = 16 << 20
 AHEAD_DECODES = 4
 # Blocks `read_ahead` keeps its load of for members that come back to them.
 RECENT_BLOCKS = 8
+# Envelopes of blocks a fetch has stored that a `BlockCache` holds for their first read (a
+# fetch stores a block just before its members, which the restore reads next).
+HELD_BYTES = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,15 +100,41 @@ def worth_a_block(members: int, size: int) -> bool:
 
 class BlockCache:
     """Decompressed prefixes of blocks lately read, by id, at most `limit` bytes in all
-    (least recently used dropped first). Thread-safe: restores read on several threads."""
+    (least recently used dropped first); and the envelopes of blocks a fetch has just stored
+    (`hold`), at most `held_limit` bytes, until a read takes them. Thread-safe: restores read
+    on several threads."""
 
-    __slots__ = ("_entries", "_limit", "_lock", "_size")
+    __slots__ = ("_entries", "_held", "_held_limit", "_held_size", "_limit", "_lock", "_size")
 
-    def __init__(self, limit: int = CACHE_BYTES) -> None:
+    def __init__(self, limit: int = CACHE_BYTES, held_limit: int = HELD_BYTES) -> None:
         self._entries: OrderedDict[ObjectId, bytes] = OrderedDict()
         self._limit = limit
         self._size = 0
+        self._held: OrderedDict[ObjectId, bytes] = OrderedDict()
+        self._held_limit = held_limit
+        self._held_size = 0
         self._lock = threading.Lock()
+
+    def hold(self, objects: Iterable[tuple[ObjectId, bytes]]) -> None:
+        """Keep these block envelopes, just stored, for the read that comes for each (the
+        oldest dropped first past the limit): it need not read them back from the store."""
+        with self._lock:
+            for block, stored in objects:
+                if len(stored) > self._held_limit or block in self._held:
+                    continue
+                self._held[block] = stored
+                self._held_size += len(stored)
+            while self._held_size > self._held_limit:
+                _, dropped = self._held.popitem(last=False)
+                self._held_size -= len(dropped)
+
+    def take(self, block: ObjectId) -> bytes | None:
+        """The envelope of `block` if it is held (no longer afterwards)."""
+        with self._lock:
+            stored = self._held.pop(block, None)
+            if stored is not None:
+                self._held_size -= len(stored)
+            return stored
 
     def get(self, block: ObjectId) -> bytes | None:
         with self._lock:
@@ -128,6 +160,8 @@ class BlockCache:
         with self._lock:
             self._entries.clear()
             self._size = 0
+            self._held.clear()
+            self._held_size = 0
 
 
 def read_member(backend: Backend, cache: BlockCache, block: ObjectId, offset: int,
@@ -156,11 +190,13 @@ def block_content(backend: Backend, cache: BlockCache, block: ObjectId, end: int
 
 
 def _content(backend: Backend, block: ObjectId, end: int, oid: ObjectId | None, *,
-             whole: bool) -> bytes:
-    """`block`'s content, whole or up to `end` at least; CorruptObject naming the member `oid`
-    (None: the block itself) if the block cannot serve bytes up to `end`."""
+             whole: bool, stored: bytes | None = None) -> bytes:
+    """`block`'s content, whole or up to `end` at least, from its envelope `stored` (None:
+    read from `backend`); CorruptObject naming the member `oid` (None: the block itself) if
+    the block cannot serve bytes up to `end`."""
     try:
-        stored = backend.get(block)
+        if stored is None:
+            stored = backend.get(block)
         kind, size = codec.read_header(stored, block)
     except ObjectNotFound:
         raise CorruptObject(oid, f"its block {block.hex()} is missing") from None
@@ -188,7 +224,7 @@ Ahead = tuple[ObjectId, bytes, bytes | None, tuple[ObjectId, int, int] | None]
 def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[ObjectId, bytes]],
                decode: Callable[[ObjectId, bytes], bytes]) -> Iterator[Ahead]:
     """`items` (ids and their envelopes) again, in order, for a caller that decodes them all
-    (a restore), each as an `Ahead`. Meanwhile threads of its own (`AHEAD_THREADS`)
+    (a restore), each as an `Ahead`. Meanwhile `AHEAD_THREADS` threads (a shared pool)
     decompress each block the members name, whole, up to `AHEAD` blocks before the first of
     those members is given back (and put in `cache` then, for the readers that come back to
     it); and run `decode` on each envelope that is not a member (a damaged member envelope
@@ -209,63 +245,61 @@ def read_ahead(backend: Backend, cache: BlockCache, items: Iterable[tuple[Object
     content: bytes | None = None  # its content
     held = decoding = 0
     exhausted = False
-    with ThreadPoolExecutor(AHEAD_THREADS, thread_name_prefix="ckpt-blocks") as pool:
-        try:
-            while True:
-                while (not exhausted and len(unused) <= AHEAD and decoding < AHEAD_DECODES
-                       and held < AHEAD_BYTES):
-                    item = next(source, None)
-                    if item is None:
-                        exhausted = True
-                        break
-                    oid, stored = item
-                    place = codec.member_place(stored)
-                    future: Future[bytes | None] | None
-                    size = len(stored)
-                    if place is not None:
-                        block = place[0]
-                        future = recent.get(block)
-                        if future is None:
-                            known = cache.get(block)  # loaded for an earlier run of members
-                            if known is not None:
-                                future = Future()
-                                future.set_result(known)
-                            else:
-                                future = pool.submit(_whole_or_none, backend, block)
-                            recent[block] = future
-                            unused.add(block)
-                            if len(recent) > RECENT_BLOCKS:
-                                recent.popitem(last=False)
-                        else:
-                            recent.move_to_end(block)
-                    else:
-                        future = pool.submit(decode, oid, stored)
-                        decoding += 1
-                        size += _declared_size(stored)
-                    pending.append((oid, stored, place, future, size))
-                    held += size
-                if not pending:
-                    return
-                oid, stored, place, future, size = pending.popleft()
-                held -= size
-                if place is None:
-                    decoding -= 1
-                    yield oid, stored, future.result(), None
-                else:
+    pool = shared_pool("ckpt-blocks", AHEAD_THREADS)
+    try:
+        while True:
+            while (not exhausted and len(unused) <= AHEAD and decoding < AHEAD_DECODES
+                   and held < AHEAD_BYTES):
+                item = next(source, None)
+                if item is None:
+                    exhausted = True
+                    break
+                oid, stored = item
+                place = codec.member_place(stored)
+                future: Future[bytes | None] | None
+                size = len(stored)
+                if place is not None:
                     block = place[0]
-                    unused.discard(block)
-                    if block != cached:
-                        content = future.result()
-                        cached = block
-                        if content is not None:
-                            # Again for each run of its members: the cache may have dropped it.
-                            cache.put(block, content)
-                    yield oid, stored, content, place
-        finally:
-            for future in recent.values():
-                future.cancel()
-            for *_, future, _ in pending:
-                future.cancel()
+                    future = recent.get(block)
+                    if future is None:
+                        known = cache.get(block)  # loaded for an earlier run of members
+                        if known is not None:
+                            future = Future()
+                            future.set_result(known)
+                        else:
+                            future = pool.submit(_whole_or_none, backend, cache, block)
+                        recent[block] = future
+                        unused.add(block)
+                        if len(recent) > RECENT_BLOCKS:
+                            recent.popitem(last=False)
+                    else:
+                        recent.move_to_end(block)
+                else:
+                    future = pool.submit(decode, oid, stored)
+                    decoding += 1
+                    size += _declared_size(stored)
+                pending.append((oid, stored, place, future, size))
+                held += size
+            if not pending:
+                return
+            oid, stored, place, future, size = pending.popleft()
+            held -= size
+            if place is None:
+                decoding -= 1
+                yield oid, stored, future.result(), None
+            else:
+                block = place[0]
+                unused.discard(block)
+                if block != cached:
+                    content = future.result()
+                    cached = block
+                    if content is not None:
+                        # Again for each run of its members: the cache may have dropped it.
+                        cache.put(block, content)
+                yield oid, stored, content, place
+    finally:  # on a raise or an early close: none of these loads outlives the caller's read
+        futures.wait([future for future in chain(recent.values(), (p[3] for p in pending))
+                      if not future.cancel()])
 
 
 def _declared_size(stored: bytes) -> int:
@@ -274,9 +308,9 @@ def _declared_size(stored: bytes) -> int:
     return int.from_bytes(stored[5:codec.HEADER_SIZE], "little")
 
 
-def _whole_or_none(backend: Backend, block: ObjectId) -> bytes | None:
+def _whole_or_none(backend: Backend, cache: BlockCache, block: ObjectId) -> bytes | None:
     try:
-        return _content(backend, block, 0, None, whole=True)
+        return _content(backend, block, 0, None, whole=True, stored=cache.take(block))
     except CorruptObject:
         return None
 

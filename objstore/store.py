@@ -365,6 +365,12 @@ class ObjectStore:
                 data = data[start:start + length]
             yield self._verified(oid, data) if verify else data
 
+    def hold_blocks(self, objects: Iterable[tuple[ObjectId, bytes]]) -> None:
+        """Envelopes just stored (by a fetch) that may be blocks whose members are read next:
+        held in memory for their first read (`get_many_slices`), at most
+        `blocks.HELD_BYTES` of them, so that it does not read them back from the store."""
+        self._blocks.hold(objects)
+
     def get_many_slices(self, items: Iterable[tuple[ObjectId, bytes | None]]
                         ) -> Generator[Slice, None, None]:
         """`get_many(items, verify=False)` with each content as a `Slice`: a block member's

@@ -36,6 +36,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Generator, Iterable, Iterator
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Literal, cast
@@ -66,6 +67,7 @@ from ckpt.objstore.remote.reports import (
 from ckpt.objstore.remote.transport import PreconditionFailed, S3Transport
 from ckpt.objstore.remote.url import RemoteSpec
 from ckpt.objstore.store import ObjectStore
+from ckpt.objstore.threads import shared_pool
 
 # An object a fetch says is readable (`RemoteRepo.fetch`'s `ready`): its id, and the envelope
 # it stored (None for one the store had already).
@@ -322,6 +324,10 @@ class RemoteRepo:
             count = store_many(objects, crcs)
             stored_ids.update(oid for oid, _ in objects)
             if ready is not None:
+                # What the caller did not ask for is a block, dictionary or base that what it
+                # asked for needs: a plain one may be a block, read back right after.
+                store.hold_blocks([(oid, stored) for oid, stored in objects
+                                   if oid not in requested and stored[4] <= codec.CODEC_ZSTD])
                 ready([(oid, stored) for oid, stored in objects if oid in requested])
             return count
 
@@ -386,7 +392,7 @@ class RemoteRepo:
                     put += put_many(storable, crcs)
                     if waiting:
                         put += settle()
-            finally:  # on a raise too: the read ahead is waited for, its thread ended
+            finally:  # on a raise too: the GETs still running are waited for
                 packs.close()
             if later:
                 rounds.append((later, None, {}))
@@ -486,21 +492,21 @@ class RemoteRepo:
                 for part in _parts(entries)]
         if not keys:
             return
-        with ThreadPoolExecutor(PARTS_AHEAD, thread_name_prefix="ckpt-remote-fetch") as pool:
-            ahead: deque[tuple[str, int, Future[tuple[list[Span], list[bytes], list[int]]]]] = (
-                deque())
-            queued = held = 0
+        pool = shared_pool("ckpt-remote-fetch", PARTS_AHEAD)
+        ahead: deque[tuple[str, int, Future[tuple[list[Span], list[bytes], list[int]]]]] = deque()
+        queued = held = 0
 
-            def top_up() -> None:
-                nonlocal queued, held
-                while queued < len(keys) and (not ahead or (len(ahead) < PARTS_AHEAD
-                                              and held < FETCH_PART)):
-                    key, entries = keys[queued]
-                    size = sum(length for _, _, length in entries)
-                    ahead.append((key, size, pool.submit(self._get_spans, key, entries)))
-                    queued += 1
-                    held += size
+        def top_up() -> None:
+            nonlocal queued, held
+            while queued < len(keys) and (not ahead or (len(ahead) < PARTS_AHEAD
+                                          and held < FETCH_PART)):
+                key, entries = keys[queued]
+                size = sum(length for _, _, length in entries)
+                ahead.append((key, size, pool.submit(self._get_spans, key, entries)))
+                queued += 1
+                held += size
 
+        try:
             top_up()
             while ahead:
                 key, size, fetching = ahead.popleft()
@@ -508,6 +514,8 @@ class RemoteRepo:
                 spans, parts, sizes = fetching.result()
                 top_up()
                 yield _records(key, spans, parts, sizes)
+        finally:  # on a raise or an early close: none of these GETs outlives the fetch
+            futures.wait([fetching for _, _, fetching in ahead if not fetching.cancel()])
 
     def _by_pack(self, oids: list[ObjectId], where: list[Location | None] | None,
                  order: dict[str, int]) -> dict[str, list[Entry]]:

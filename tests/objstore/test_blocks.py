@@ -287,6 +287,41 @@ def test_get_many_reads_each_block_once_ahead_and_gives_contents_in_order(
     assert list(store.get_many([(members[-1], None)])) == [contents[-1]]
 
 
+def test_a_held_block_is_read_from_memory_once_then_from_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks a fetch has just stored (`hold_blocks`) serve the first read of their members
+    without a read of the store; once taken, or past the bound (oldest first), a block is
+    read from the store again, with the same contents."""
+    contents = many_small(8, 300)
+    paths = write_files(tmp_path / "tree", contents)
+    store = ObjectStore.init(str(tmp_path / "store"), StoreOptions(block_size=32 << 10))
+    members = [r.oid for r in put_all(store, paths)]
+    blocks = list(dict.fromkeys(block_of(store, oid) for oid in members
+                                if codec_of(store, oid) == codec.CODEC_BLOCK))
+    assert len(blocks) > 3
+    envelopes = [(block, store.backend.get(block)) for block in blocks]
+    store.forget_cached()
+    reads: list[ObjectId] = []
+    get = store.backend.get
+
+    def counted(oid: ObjectId) -> bytes:
+        reads.append(oid)
+        return get(oid)
+
+    monkeypatch.setattr(store.backend, "get", counted)
+    store.hold_blocks(envelopes)
+    assert list(store.get_many((oid, None) for oid in members)) == contents
+    assert not set(reads) & set(blocks)  # every block from memory
+    store.forget_cached()
+    assert list(store.get_many((oid, None) for oid in members)) == contents
+    assert sorted(oid for oid in reads if oid in blocks) == sorted(blocks)  # taken: read now
+    cache = store_module.blocks.BlockCache(held_limit=2 * max(len(e) for _, e in envelopes))
+    cache.hold(envelopes)
+    held = [block for block, _ in envelopes if cache.take(block) is not None]
+    assert held == blocks[len(blocks) - len(held):] and 1 <= len(held) <= 2  # the newest
+    assert all(cache.take(block) is None for block in blocks)
+
+
 def test_get_many_decodes_other_envelopes_ahead_on_threads_and_raises_in_turn(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = ObjectStore.init(str(tmp_path / "store"))
