@@ -16,8 +16,9 @@
  * what is wrong. It never raises for damaged data.
  *
  * `crc32(data, value=0)` is zlib's crc32 (same polynomial, same results); `record_crc(oid,
- * stored)` is packfile.record_crc; `frame(objects, crcs)` is the records of `objects`
- * ((oid, stored) pairs) as one pack appends them, header then stored bytes each.
+ * stored)` is packfile.record_crc; `frame(objects, crcs, into)` writes the records of
+ * `objects` ((oid, stored) pairs) as a pack appends them, header then stored bytes each, into
+ * a buffer that a pack writer keeps from batch to batch.
  *
  * Why: a fresh-machine restore fetches tens of thousands of records (mostly block members of
  * 60 bytes) and hundreds of megabytes, and the Python loops cost microseconds a record on
@@ -328,8 +329,8 @@ static int object_parts(PyObject *item, PyObject **oid, PyObject **stored) {
 }
 
 static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *objects, *crcs;
-    if (!PyArg_ParseTuple(args, "OO", &objects, &crcs))
+    PyObject *objects, *crcs, *into;
+    if (!PyArg_ParseTuple(args, "OOO!", &objects, &crcs, &PyByteArray_Type, &into))
         return NULL;
     PyObject *seq = PySequence_Fast(objects, "objects must be a sequence");
     PyObject *crc_seq = NULL, *out = NULL;
@@ -349,9 +350,9 @@ static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *args) {
         if (!object_parts(PySequence_Fast_GET_ITEM(seq, i), &oid, &stored)) goto done;
         total += RECORD_HEADER + PyBytes_GET_SIZE(stored);
     }
-    out = PyBytes_FromStringAndSize(NULL, total);
-    if (!out) goto done;
-    unsigned char *at = (unsigned char *)PyBytes_AS_STRING(out);
+    /* grown, never shrunk: its memory is written again batch after batch, not fresh pages */
+    if (PyByteArray_GET_SIZE(into) < total && PyByteArray_Resize(into, total) < 0) goto done;
+    unsigned char *at = (unsigned char *)PyByteArray_AS_STRING(into);
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *oid, *stored;
         object_parts(PySequence_Fast_GET_ITEM(seq, i), &oid, &stored);
@@ -360,10 +361,7 @@ static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *args) {
         uint32_t crc;
         if (crc_seq) {
             unsigned long given = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(crc_seq, i));
-            if (PyErr_Occurred()) {
-                Py_CLEAR(out);
-                goto done;
-            }
+            if (PyErr_Occurred()) goto done;
             crc = (uint32_t)given;
         } else {
             crc = record_crc_of((const unsigned char *)PyBytes_AS_STRING(oid), content, length);
@@ -374,6 +372,7 @@ static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *args) {
         memcpy(at + RECORD_HEADER, content, length);
         at += RECORD_HEADER + length;
     }
+    out = PyLong_FromSsize_t(total);
 done:
     Py_DECREF(seq);
     Py_XDECREF(crc_seq);
@@ -391,9 +390,10 @@ static PyMethodDef methods[] = {
     {"record_crc", record_crc, METH_VARARGS,
      "record_crc(oid, stored) -> int\nThe crc of a pack record (packfile.record_crc)."},
     {"frame", frame, METH_VARARGS,
-     "frame(objects, crcs) -> bytes\n"
-     "The pack records of `objects` ((oid, stored) pairs), one after another; `crcs`: each\n"
-     "record's crc as record_crc gives it, or None to compute them here."},
+     "frame(objects, crcs, into: bytearray) -> int\n"
+     "The pack records of `objects` ((oid, stored) pairs), one after another, written at\n"
+     "the start of `into` (grown to hold them, never shrunk); returns their size. `crcs`:\n"
+     "each record's crc as record_crc gives it, or None to compute them here."},
     {NULL, NULL, 0, NULL},
 };
 

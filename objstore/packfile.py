@@ -70,13 +70,15 @@ record_crc: Callable[[bytes, bytes | memoryview], int] = (
     _record_crc if _native is None else _native.record_crc)
 
 
-def frame_records(objects: Sequence[tuple[ObjectId, bytes]], crcs: Sequence[int] | None
-                  ) -> bytes:
+def frame_records(objects: Sequence[tuple[ObjectId, bytes]], crcs: Sequence[int] | None,
+                  buffer: bytearray) -> memoryview | bytes:
     """The records of `objects` one after another, as a pack holds them; `crcs`: each one's
-    `record_crc`, or None to compute them."""
+    `record_crc`, or None to compute them. The native framing writes them into `buffer`
+    (which it grows and never shrinks, so that its pages are written again, not fresh) and
+    returns a view of them: release it before the next call."""
     if _native is not None:
-        framed: bytes = _native.frame(objects, crcs)
-        return framed
+        size: int = _native.frame(objects, crcs, buffer)
+        return memoryview(buffer)[:size]
     if crcs is None:
         crcs = [record_crc(oid, stored) for oid, stored in objects]
     pack = RECORD.pack
@@ -440,6 +442,7 @@ class PackWriter:
         self.entries: list[Entry] = []
         self.flushed = self.size = len(PACK_MAGIC)
         self._buffer = bytearray()
+        self._framing = bytearray()  # `append_many`'s, kept from batch to batch
 
     def append(self, oid: ObjectId, stored: bytes | memoryview, crc: int) -> int:
         """Add a record (crc from `record_crc`); returns the offset of its stored bytes."""
@@ -457,17 +460,21 @@ class PackWriter:
         """`append` of each of `objects` (crcs as `frame_records` takes them), framed in one
         piece and written in one call; returns the offsets of their stored bytes."""
         self.flush()
-        framed = frame_records(objects, crcs)
         lengths = map(len, map(itemgetter(1), objects))
         # each record's stored bytes start a header after the end of the one before
         offsets = list(accumulate(map(add, lengths, repeat(RECORD.size)),
                                   initial=self.size + RECORD.size))
         offsets.pop()
-        with naming(self.path):
-            _write_all(self.fd, framed, self.flushed)
-            self.flushed = self.size = self.size + len(framed)
-            if self.fsync == "full":
-                os.fsync(self.fd)
+        framed = frame_records(objects, crcs, self._framing)
+        try:
+            with naming(self.path):
+                _write_all(self.fd, framed, self.flushed)
+                self.flushed = self.size = self.size + len(framed)
+                if self.fsync == "full":
+                    os.fsync(self.fd)
+        finally:
+            if isinstance(framed, memoryview):
+                framed.release()
         self.entries.extend(zip(map(itemgetter(0), objects), offsets,
                                 map(len, map(itemgetter(1), objects))))
         return offsets
@@ -542,7 +549,7 @@ def naming(path: str) -> Iterator[None]:
         raise
 
 
-def _write_all(fd: int, data: bytes | bytearray, offset: int) -> None:
+def _write_all(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, offset)
