@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -327,30 +328,33 @@ class Remote:
 
 
 def walk_fetching(repo: RemoteRepo, store: ObjectStore, roots: Iterable[ObjectId]
-                  ) -> tuple[set[ObjectId], set[ObjectId], int]:
+                  ) -> tuple[set[ObjectId], AbstractSet[ObjectId], int]:
     """(trees, blobs, objects fetched): the trees below `roots`, read from the local store,
-    each level's missing trees fetched from `repo` in one batch first."""
+    each level's missing trees fetched from `repo` in one batch first. The blobs come in the
+    order the walk meets them, which is close to the order a push laid them out in its packs
+    (and a block's members in a row): a fetch of them then groups and reads them in long
+    runs."""
     trees: set[ObjectId] = set()
-    blobs: set[ObjectId] = set()
+    blobs: dict[ObjectId, None] = {}
     fetched = 0
-    level = set(roots)
+    level = list(dict.fromkeys(roots))
     while level:
         fetched += repo.fetch(store, level, sync=False).objects  # only what the store lacks
-        trees |= level
-        below: set[ObjectId] = set()
+        trees.update(level)
+        below: dict[ObjectId, None] = {}
         for oid in level:
             for entry in store.get_tree(oid).entries:
                 if entry.oid is None:
                     continue
                 if entry.kind is EntryKind.TREE:
                     if entry.oid not in trees:
-                        below.add(entry.oid)
+                        below[entry.oid] = None
                 else:
-                    blobs.add(entry.oid)
-        level = below
+                    blobs[entry.oid] = None
+        level = list(below)
     if fetched:
         store.sync()  # once for every level
-    return trees, blobs, fetched
+    return trees, blobs.keys(), fetched
 
 
 def _merge_head(old: bytes | None, records: Sequence[CheckpointRecord]) -> bytes:

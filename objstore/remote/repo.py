@@ -34,11 +34,14 @@ import os
 import shutil
 import threading
 import time
+from bisect import bisect_left
 from collections import defaultdict, deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from itertools import accumulate, groupby
+from operator import itemgetter
 from typing import Literal, cast
 
 from ckpt.objstore import codec
@@ -97,11 +100,15 @@ STORE_BATCH = 4 << 20
 # caller stores this one: what it holds does not grow with the pack size.
 FETCH_PART = 8 << 20
 PARTS_AHEAD = 4
+# The first part is smaller: its records are stored and staged while the next arrive.
+FIRST_PART = 1 << 20
 # What the last small GETs brought stays in memory up to this size (`_Recent`).
 RECENT_BYTES = 16 << 20
 CONNECT_TIMEOUT = 10.0
 HEAD_ATTEMPTS = 16  # If-Match rounds of update_head before it gives up
 _CACHE_ID = "remote-id"
+# the fields of a `Location` (and the place and length of an `Entry`), at C speed over many
+_PACKID, _OFFSET, _LENGTH = itemgetter(0), itemgetter(1), itemgetter(2)
 
 __all__ = ["FetchReport", "RemoteCheckReport", "RemoteGcReport", "RemoteRepo", "UploadReport"]
 
@@ -428,19 +435,25 @@ class RemoteRepo:
         refs = self._index.refs
         locations = self._index.locations
         seen = set(wanted)
+        main = seen.copy()  # what the pass reads (copied: cheaper than hashing them again)
         # what the store lacks -> what needs it, and where each of those is
         needs: dict[ObjectId, tuple[list[ObjectId], list[Location | None]]] = {}
         level, level_where = wanted, where
         while True:
             named: dict[ObjectId, tuple[list[ObjectId], list[Location | None]]] = {}
-            for oid, ref, at in zip(level, map(refs.get, level), level_where):
+            start = 0
+            # By runs of the same reference: asked for in the order a walk meets them, as a
+            # push laid them out, a block's members come in a row.
+            for ref, run in groupby(map(refs.get, level)):
+                end = start + len(list(run))
                 if ref is not None and ref not in seen:
                     group = named.get(ref)
                     if group is None:
-                        named[ref] = ([oid], [at])
+                        named[ref] = (level[start:end], level_where[start:end])
                     else:
-                        group[0].append(oid)
-                        group[1].append(at)
+                        group[0].extend(level[start:end])
+                        group[1].extend(level_where[start:end])
+                start = end
             level = lacking(store, list(named))
             if not level:
                 break
@@ -459,15 +472,15 @@ class RemoteRepo:
                 continue
             located = cast(list[Location], dependents_at)
             pack = at_ref.packid
-            others = {at.packid for at in located}
-            nearest = (min([at.offset for at in located if at.packid == pack])
+            others = set(map(_PACKID, located))
+            nearest = (min(map(_OFFSET, located)) if others == {pack}
+                       else min([at.offset for at in located if at.packid == pack])
                        if pack in others else None)
             others.discard(pack)
             for packid in others:
                 after[packid].add(pack)
             places[ref] = (at_ref, nearest, others)
         order = _pack_order(after)
-        main = set(wanted)
         alongside: list[ObjectId] = []
         first: list[ObjectId] = []
         for ref, (dependents, _) in needs.items():  # by depth: a dependent is placed already
@@ -484,12 +497,14 @@ class RemoteRepo:
     def _read_packs(self, groups: dict[str, list[Entry]]
                     ) -> Generator[Iterator[_Fetched], None, None]:
         """The records of each pack of `groups` (as `_records` gives them), a part of about
-        FETCH_PART bytes at a time. The next parts' ranges are being fetched on threads while
-        the caller stores this one's: up to FETCH_PART bytes of them and PARTS_AHEAD parts,
-        so that two big parts are held, not two packs, and small scattered ones (a round of
-        delta bases) do not wait for each other's round trips."""
-        keys = [(layout.pack_key(packid), part) for packid, entries in groups.items()
-                for part in _parts(entries)]
+        FETCH_PART bytes at a time (the first one FIRST_PART). The next parts' ranges are
+        being fetched on threads while the caller stores this one's: up to FETCH_PART bytes
+        of them and PARTS_AHEAD parts, so that two big parts are held, not two packs, and
+        small scattered ones (a round of delta bases) do not wait for each other's round
+        trips."""
+        keys = [(layout.pack_key(packid), part)
+                for number, (packid, entries) in enumerate(groups.items())
+                for part in _parts(entries, FETCH_PART if number else min(FIRST_PART, FETCH_PART))]
         if not keys:
             return
         pool = shared_pool("ckpt-remote-fetch", PARTS_AHEAD)
@@ -524,12 +539,18 @@ class RemoteRepo:
         groups: dict[str, list[Entry]] = defaultdict(list)
         if where is None:
             where = list(map(self._index.locations.get, oids))
-        for oid, at in zip(oids, where):
-            if at is None:
-                for key, reason in self._index.damaged.items():
-                    raise RemoteCorrupt(self.url, key, reason)
-                raise RemoteNotFound(self.url, f"object {oid.hex()}", oid)
-            groups[at.packid].append((oid, at.offset, at.length))
+        if None in where:
+            oid = oids[where.index(None)]
+            for key, reason in self._index.damaged.items():
+                raise RemoteCorrupt(self.url, key, reason)
+            raise RemoteNotFound(self.url, f"object {oid.hex()}", oid)
+        located = cast(list[Location], where)
+        start = 0
+        for packid, run in groupby(map(_PACKID, located)):  # by runs, as for `_rounds`
+            end = start + len(list(run))
+            at = located[start:end]
+            groups[packid].extend(zip(oids[start:end], map(_OFFSET, at), map(_LENGTH, at)))
+            start = end
         if not order:
             return groups
         last = len(order)
@@ -706,19 +727,18 @@ def _comes_first(where: Location, nearest: int | None, others: set[str],
     return all(rank < order.get(packid, last) for packid in others)
 
 
-def _parts(entries: list[Entry]) -> list[list[Entry]]:
-    """`entries` of one pack in their order in it, cut into parts of about FETCH_PART bytes."""
+def _parts(entries: list[Entry], first: int) -> list[list[Entry]]:
+    """`entries` of one pack in their order in it, cut into parts of about FETCH_PART bytes,
+    the first of about `first`: each ends with the entry that takes it to that size."""
+    ordered = sorted(entries, key=_OFFSET)
+    ends = list(accumulate(map(_LENGTH, ordered)))  # each entry's end within them all
     parts: list[list[Entry]] = []
-    part: list[Entry] = []
-    size = 0
-    for entry in sorted(entries, key=lambda e: e[1]):
-        part.append(entry)
-        size += entry[2]
-        if size >= FETCH_PART:
-            parts.append(part)
-            part, size = [], 0
-    if part:
-        parts.append(part)
+    start = base = 0
+    size = first
+    while start < len(ordered):
+        cut = min(bisect_left(ends, base + size, start) + 1, len(ordered))
+        parts.append(ordered[start:cut])
+        start, base, size = cut, ends[cut - 1], FETCH_PART
     return parts
 
 

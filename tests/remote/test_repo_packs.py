@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from ckpt.objstore.packfile import (
     scan_pack,
 )
 from ckpt.objstore.remote import layout, packs
+from ckpt.objstore.remote import repo as repo_module
 from ckpt.objstore.remote.locks import decode_lock, encode_lock
 from ckpt.objstore.remote.packs import PackBuilder, iter_records, plan_spans
 from ckpt.objstore.remote.repo import head_name
@@ -156,3 +158,27 @@ def test_config_and_lock_files_round_trip_and_foreign_ones_are_refused() -> None
     assert lock is not None and (lock.kind, lock.host, lock.pid, lock.time) == (
         "shared", "host", 7, 5.5)
     assert decode_lock("locks/y", b"junk") is None
+
+
+@seed(26)
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(st.integers(1, 3000), min_size=1, max_size=60), st.integers(1, 5000),
+       st.integers(1, 5000), st.randoms(use_true_random=False))
+def test_a_fetch_cuts_a_pack_into_parts_of_its_sizes_in_pack_order(
+        lengths: list[int], first: int, size: int, rng: random.Random) -> None:
+    """Every entry once, in offset order; a part ends with the entry that takes it to its
+    size (`first` for the first part, FETCH_PART after it) and not before."""
+    offsets = list(itertools.accumulate([8, *lengths]))[:-1]
+    entries = [(bytes([n % 256]) * 32, offset, length)
+               for n, (offset, length) in enumerate(zip(offsets, lengths))]
+    rng.shuffle(entries)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(repo_module, "FETCH_PART", size)
+        parts = repo_module._parts(entries, first)
+    assert [e for part in parts for e in part] == sorted(entries, key=lambda e: e[1])
+    for number, part in enumerate(parts):
+        bound = first if number == 0 else size
+        sizes = [length for _, _, length in part]
+        assert all(sum(sizes[:k]) < bound for k in range(1, len(sizes)))
+        if number < len(parts) - 1:
+            assert sum(sizes) >= bound
