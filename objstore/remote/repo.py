@@ -102,8 +102,10 @@ FETCH_PART = 8 << 20
 PARTS_AHEAD = 4
 # The first part is smaller: its records are stored and staged while the next arrive.
 FIRST_PART = 1 << 20
-# What the last small GETs brought stays in memory up to this size (`_Recent`).
+# What the last small GETs brought stays in memory up to this size (`_Recent`); a GET that
+# continues the last one of its pack reads at least this much (a tree walk's next levels).
 RECENT_BYTES = 16 << 20
+READ_AHEAD = 4 << 20
 CONNECT_TIMEOUT = 10.0
 HEAD_ATTEMPTS = 16  # If-Match rounds of update_head before it gives up
 _CACHE_ID = "remote-id"
@@ -566,13 +568,15 @@ class RemoteRepo:
         sizes = [0] * len(spans)
         todo = [i for i, part in enumerate(parts) if part is None]
         if todo:
+            size = self._index.pack_sizes.get(layout.packid_of(key, layout.PACKS) or "", 0)
             try:
-                got = self._transport.get_ranges(
-                    key, [(spans[i].start, spans[i].length) for i in todo])
+                got = self._transport.get_ranges(key, [
+                    (spans[i].start, self._recent.ahead(key, spans[i].start, spans[i].length,
+                                                        size)) for i in todo])
             except RemoteNotFound:
                 raise RemoteCorrupt(self.url, key, "missing, though an index names it") from None
             for i, data in zip(todo, got):
-                parts[i] = data
+                parts[i] = data[:spans[i].length] if len(data) > spans[i].length else data
                 sizes[i] = len(data)
                 self._recent.keep(key, spans[i].start, data)
         return spans, cast(list[bytes], parts), sizes
@@ -660,13 +664,25 @@ class RemoteRepo:
 class _Recent:
     """The bytes of the last small ranged GETs (RECENT_BYTES at most, none bigger than half
     of it), to serve a later fetch's span they cover: a tree walk's levels lie in one
-    stretch of a pack, which the coalesced GET of one level covers whole. A pack's bytes
-    never change (its id is their hash). Shared by a fetch's GET threads."""
+    stretch of a pack, one after another, so a GET that continues the last one of its pack
+    reads READ_AHEAD at least (`ahead`), and the next levels are served from it. A pack's
+    bytes never change (its id is their hash). Shared by a fetch's GET threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._kept: dict[str, list[tuple[int, bytes]]] = {}
         self._size = 0
+        self._ends: dict[str, int] = {}  # pack key -> where the last GET of it ended
+
+    def ahead(self, key: str, start: int, length: int, pack_size: int) -> int:
+        """How much to GET for a span of `length` at `start` of the pack at `key` (of
+        `pack_size` bytes; 0: not known): READ_AHEAD at least, up to the pack's end, if the
+        span starts in the stretch the last GET of the pack ended, else just the span."""
+        with self._lock:
+            end = self._ends.get(key)
+        if end is None or not end - READ_AHEAD <= start <= end or pack_size <= start:
+            return length
+        return max(length, min(READ_AHEAD, pack_size - start))
 
     def get(self, key: str, start: int, length: int) -> bytes | None:
         with self._lock:
@@ -679,8 +695,11 @@ class _Recent:
         with self._lock:
             self._kept.clear()
             self._size = 0
+            self._ends.clear()
 
     def keep(self, key: str, start: int, data: bytes) -> None:
+        with self._lock:
+            self._ends[key] = start + len(data)
         if len(data) > RECENT_BYTES // 2:
             return
         with self._lock:
