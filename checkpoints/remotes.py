@@ -339,11 +339,13 @@ def walk_fetching(repo: RemoteRepo, store: ObjectStore, roots: Iterable[ObjectId
     fetched = 0
     level = list(dict.fromkeys(roots))
     while level:
-        fetched += repo.fetch(store, level, sync=False).objects  # only what the store lacks
+        arrived: dict[ObjectId, bytes | None] = {}
+        # only what the store lacks; the envelopes it fetches are decoded as they came
+        fetched += repo.fetch(store, level, sync=False, ready=arrived.update).objects
         trees.update(level)
         below: dict[ObjectId, None] = {}
         for oid in level:
-            for entry in store.get_tree(oid).entries:
+            for entry in store.get_tree(oid, arrived.get(oid)).entries:
                 if entry.oid is None:
                     continue
                 if entry.kind is EntryKind.TREE:

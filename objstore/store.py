@@ -504,12 +504,15 @@ class ObjectStore:
         """The id `tree` would have, without storing it."""
         return hash_bytes(codec.encode_tree(tree))
 
-    def get_tree(self, oid: ObjectId) -> Tree:
+    def get_tree(self, oid: ObjectId, stored: bytes | None = None) -> Tree:
+        """The tree `oid`, verified by its hash; `stored`: its envelope, if the caller has it
+        in hand (a fetch's), so that it is not read back from the store."""
         tree = self._trees.get(oid)
         if tree is not None:
             self._trees.move_to_end(oid)
             return tree
-        tree = codec.decode_tree(self.get_bytes(oid), oid)
+        data = self.get_bytes(oid) if stored is None else self.get_bytes_from(oid, stored)
+        tree = codec.decode_tree(data, oid)
         self._remember(oid, tree)
         return tree
 
