@@ -119,7 +119,7 @@ def iter_records(key: str, span: Span, data: bytes) -> Iterator[tuple[ObjectId, 
         raise CorruptObject(oid, f"remote pack {key}: {problem}")
 
 
-def checked_records(key: str, span: Span, data: bytes) -> list[Record]:
+def checked_records(key: str, span: Span, data: bytes | memoryview) -> list[Record]:
     """Each record `span`'s GET returned in `data`, with what its envelope names: its framing
     checked as `iter_records` checks it, and its envelope's header (`codec.read_header`, and
     `codec.envelope_refs`). CorruptObject naming the first damaged object (and the pack at
@@ -129,6 +129,8 @@ def checked_records(key: str, span: Span, data: bytes) -> list[Record]:
         found: list[Record] | int = _native_scan(data, span.start, span.entries)
         if not isinstance(found, int):
             return found
+    if not isinstance(data, bytes):
+        data = bytes(data)  # each record's stored bytes are sliced from it: bytes each
     records: list[Record] = []
     for oid, stored, crc in iter_records(key, span, data):
         codec.read_header(stored, oid)  # magic, format and codec: CorruptObject

@@ -72,6 +72,8 @@ from ckpt.objstore.remote.url import RemoteSpec
 from ckpt.objstore.store import ObjectStore
 from ckpt.objstore.threads import shared_pool
 
+# A ranged GET's bytes, as the client received them (`S3Transport.get_range_views`).
+Part = bytes | memoryview
 # An object a fetch says is readable (`RemoteRepo.fetch`'s `ready`): its id, and the envelope
 # it stored (None for one the store had already).
 Arrived = tuple[ObjectId, bytes | None]
@@ -510,7 +512,7 @@ class RemoteRepo:
         if not keys:
             return
         pool = shared_pool("ckpt-remote-fetch", PARTS_AHEAD)
-        ahead: deque[tuple[str, int, Future[tuple[list[Span], list[bytes], list[int]]]]] = deque()
+        ahead: deque[tuple[str, int, Future[tuple[list[Span], list[Part], list[int]]]]] = deque()
         queued = held = 0
 
         def top_up() -> None:
@@ -559,7 +561,7 @@ class RemoteRepo:
         return dict(sorted(groups.items(), key=lambda group: order.get(group[0], last)))
 
     def _get_spans(self, key: str, entries: list[Entry]
-                   ) -> tuple[list[Span], list[bytes], list[int]]:
+                   ) -> tuple[list[Span], list[Part], list[int]]:
         """The ranged GETs that cover `entries` of the pack at `key`, their bytes, and how
         many bytes each GET brought: a span that what a GET brought lately covers
         (`_Recent`) is served from that, and brought 0."""
@@ -570,7 +572,7 @@ class RemoteRepo:
         if todo:
             size = self._index.pack_sizes.get(layout.packid_of(key, layout.PACKS) or "", 0)
             try:
-                got = self._transport.get_ranges(key, [
+                got = self._transport.get_range_views(key, [
                     (spans[i].start, self._recent.ahead(key, spans[i].start, spans[i].length,
                                                         size)) for i in todo])
             except RemoteNotFound:
@@ -579,7 +581,7 @@ class RemoteRepo:
                 parts[i] = data[:spans[i].length] if len(data) > spans[i].length else data
                 sizes[i] = len(data)
                 self._recent.keep(key, spans[i].start, data)
-        return spans, cast(list[bytes], parts), sizes
+        return spans, cast(list[Part], parts), sizes
 
     # -- records and heads ---------------------------------------------------------------
 
@@ -670,7 +672,7 @@ class _Recent:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._kept: dict[str, list[tuple[int, bytes]]] = {}
+        self._kept: dict[str, list[tuple[int, Part]]] = {}
         self._size = 0
         self._ends: dict[str, int] = {}  # pack key -> where the last GET of it ended
 
@@ -684,7 +686,7 @@ class _Recent:
             return length
         return max(length, min(READ_AHEAD, pack_size - start))
 
-    def get(self, key: str, start: int, length: int) -> bytes | None:
+    def get(self, key: str, start: int, length: int) -> Part | None:
         with self._lock:
             for at, data in self._kept.get(key, ()):
                 if at <= start and start + length <= at + len(data):
@@ -697,7 +699,7 @@ class _Recent:
             self._size = 0
             self._ends.clear()
 
-    def keep(self, key: str, start: int, data: bytes) -> None:
+    def keep(self, key: str, start: int, data: Part) -> None:
         with self._lock:
             self._ends[key] = start + len(data)
         if len(data) > RECENT_BYTES // 2:
@@ -710,7 +712,7 @@ class _Recent:
             self._size += len(data)
 
 
-def _records(key: str, spans: list[Span], parts: list[bytes], sizes: list[int]
+def _records(key: str, spans: list[Span], parts: list[Part], sizes: list[int]
              ) -> Iterator[_Fetched]:
     """(oid, stored bytes, record crc, what the envelope names, bytes the GET that brought it
     fetched, once per GET: 0 for a span served from memory) per record of `spans`, its

@@ -293,13 +293,13 @@ def test_a_walk_of_levels_reads_a_stretch_it_fetched_from_memory(
     source, oids = seeded_store(tmp_path / "a", 240, seed=9)
     assert connect(s3_bucket).upload(source, oids).packs == 1
     gets: list[int] = []
-    get_ranges = repo_module.S3Transport.get_ranges
+    get_ranges = repo_module.S3Transport.get_range_views
 
-    def counted(self: object, key: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+    def counted(self: object, key: str, ranges: list[tuple[int, int]]) -> list[memoryview]:
         gets.append(len(ranges))
         return get_ranges(self, key, ranges)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(repo_module.S3Transport, "get_ranges", counted)
+    monkeypatch.setattr(repo_module.S3Transport, "get_range_views", counted)
     repo = connect(s3_bucket, create=False)
     target = ObjectStore.init(str(tmp_path / "b"))
     with repo.lock("shared"):
