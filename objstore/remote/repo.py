@@ -15,9 +15,11 @@ Upload, resumable by construction:
     a rerun re-sends only what no index names
 Fetch:
     for each wanted id the store lacks (one listing of the store's ids for many): locate it
-    by the index, group by pack, coalesce neighbouring records into ranged GETs, a part of
-    a pack (FETCH_PART) at a time (the next parts' GETs run while this one's records are
-    stored, in batches of STORE_BATCH); check each record's framing (crc) and envelope
+    by the index, group by pack (by runs: ids asked for in a walk's order come in the
+    push's), coalesce neighbouring records into ranged GETs, a part of a pack (FETCH_PART;
+    the first FIRST_PART) at a time (the next parts' GETs run while this one's records are
+    stored, in batches of STORE_BATCH; a GET that continues the last one of its pack reads
+    READ_AHEAD at least, kept for the next); check each record's framing (crc) and envelope
     header, then store the envelope as it came: every read of the store decodes
     and hashes it anyway, so it is not decoded twice. The dictionaries/bases/blocks the refs
     files say the wanted ids need, at every depth, are read in the same pass when they come
