@@ -245,6 +245,19 @@ def test_a_damaged_block_is_a_corrupt_member_and_fsck_names_the_block(tmp_path: 
     store.close()
 
 
+def _count_reads(store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> list[ObjectId]:
+    """The ids `store`'s backend reads from now on, in order."""
+    reads: list[ObjectId] = []
+    get = store.backend.get
+
+    def counted(oid: ObjectId) -> bytes:
+        reads.append(oid)
+        return get(oid)
+
+    monkeypatch.setattr(store.backend, "get", counted)
+    return reads
+
+
 def test_get_many_reads_each_block_once_ahead_and_gives_contents_in_order(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     contents = many_small(7, 300)
@@ -256,14 +269,7 @@ def test_get_many_reads_each_block_once_ahead_and_gives_contents_in_order(
     big = store.put_bytes(random.Random(1).randbytes(300_000))  # plain zstd, no block
     envelopes = {oid: store.backend.get(oid) for oid in members[::2]}  # a fetch's, in hand
     store.forget_cached()
-    reads: list[ObjectId] = []
-    get = store.backend.get
-
-    def counted(oid: ObjectId) -> bytes:
-        reads.append(oid)
-        return get(oid)
-
-    monkeypatch.setattr(store.backend, "get", counted)
+    reads = _count_reads(store, monkeypatch)
     items = [(oid, envelopes.get(oid)) for oid in members] + [(big, None)]
     got = list(store.get_many(items))
     assert got == [*contents, store.get_bytes(big)]
@@ -301,14 +307,7 @@ def test_a_held_block_is_read_from_memory_once_then_from_the_store(
     assert len(blocks) > 3
     envelopes = [(block, store.backend.get(block)) for block in blocks]
     store.forget_cached()
-    reads: list[ObjectId] = []
-    get = store.backend.get
-
-    def counted(oid: ObjectId) -> bytes:
-        reads.append(oid)
-        return get(oid)
-
-    monkeypatch.setattr(store.backend, "get", counted)
+    reads = _count_reads(store, monkeypatch)
     store.hold_blocks(envelopes)
     assert list(store.get_many((oid, None) for oid in members)) == contents
     assert not set(reads) & set(blocks)  # every block from memory
