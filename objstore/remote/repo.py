@@ -572,11 +572,13 @@ class RemoteRepo:
         sizes = [0] * len(spans)
         todo = [i for i, part in enumerate(parts) if part is None]
         if todo:
-            size = self._index.pack_sizes.get(layout.packid_of(key, layout.PACKS) or "", 0)
+            ranges = [(spans[i].start, spans[i].length) for i in todo]
+            if len(ranges) == 1:  # a lone GET may read ahead (several would overlap)
+                start, length = ranges[0]
+                size = self._index.pack_sizes.get(layout.packid_of(key, layout.PACKS) or "", 0)
+                ranges = [(start, self._recent.ahead(key, start, length, size))]
             try:
-                got = self._transport.get_range_views(key, [
-                    (spans[i].start, self._recent.ahead(key, spans[i].start, spans[i].length,
-                                                        size)) for i in todo])
+                got = self._transport.get_range_views(key, ranges)
             except RemoteNotFound:
                 raise RemoteCorrupt(self.url, key, "missing, though an index names it") from None
             for i, data in zip(todo, got):
