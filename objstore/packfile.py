@@ -460,7 +460,7 @@ class PackWriter:
         """`append` of each of `objects` (crcs as `frame_records` takes them), framed in one
         piece and written in one call; returns the offsets of their stored bytes."""
         self.flush()
-        lengths = map(len, map(itemgetter(1), objects))
+        lengths = list(map(len, map(itemgetter(1), objects)))
         # each record's stored bytes start a header after the end of the one before
         offsets = list(accumulate(map(add, lengths, repeat(RECORD.size)),
                                   initial=self.size + RECORD.size))
@@ -475,8 +475,7 @@ class PackWriter:
         finally:
             if isinstance(framed, memoryview):
                 framed.release()
-        self.entries.extend(zip(map(itemgetter(0), objects), offsets,
-                                map(len, map(itemgetter(1), objects))))
+        self.entries.extend(zip(map(itemgetter(0), objects), offsets, lengths))
         return offsets
 
     def append_stream(self, oid: ObjectId, chunks: Iterable[bytes]) -> int:

@@ -167,11 +167,7 @@ class S3Transport:
         that runs past the end comes back short; one that starts past it is RemoteCorrupt.
         (One GET per range: obstore's own get_ranges merges ranges itself and panics when
         the object is shorter than they say, as a truncated pack is.)"""
-        if len(ranges) <= 1:
-            return [self._get_range(key, start, length) for start, length in ranges]
-        with ThreadPoolExecutor(min(RANGE_THREADS, len(ranges)),
-                                thread_name_prefix="ckpt-remote-get") as pool:
-            return list(pool.map(lambda r: self._get_range(key, *r), ranges))
+        return [bytes(view) for view in self.get_range_views(key, ranges)]
 
     def get_range_views(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
         """`get_ranges`, each range's bytes as the client received them (not copied into a
@@ -181,9 +177,6 @@ class S3Transport:
         with ThreadPoolExecutor(min(RANGE_THREADS, len(ranges)),
                                 thread_name_prefix="ckpt-remote-get") as pool:
             return list(pool.map(lambda r: self._get_range_view(key, *r), ranges))
-
-    def _get_range(self, key: str, start: int, length: int) -> bytes:
-        return bytes(self._get_range_view(key, start, length))
 
     def _get_range_view(self, key: str, start: int, length: int) -> memoryview:
         try:
