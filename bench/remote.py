@@ -21,7 +21,9 @@ of the corpus, then measures, tool after tool (who goes first alternates by roun
    the corpus's content manifest: a wrong restore aborts the run (exit 2).
 
 ckpt runs as users install it (``--install venv``, see bench/compare.py) with ``CKPT_SERVER=off``
-but for the served turn.
+but for the served turn. Each round after the first starts with the page cache of the run's own
+files dropped (``release_page_cache``), as the first round starts: a fresh machine's restore
+does not find its memory filled by earlier rounds' trees.
 Owns: the rounds, the ratios against the issue's targets, the table and the JSON. Must not:
 import ckpt's library (as bench/compare.py), or modify the corpus.
 """
@@ -116,6 +118,40 @@ def _settle() -> None:
     so that its writeback lands in neither tool's timed step: whoever went second in a round
     would otherwise pay for the first."""
     os.sync()
+
+
+def release_page_cache(top: Path) -> int:
+    """Drop the cached pages of every regular file below ``top`` (after a sync, so that all of
+    them are clean and go): the bench's own copies, stores, restores and server volumes. Without
+    it, each round's ~5 GB of files fill the page cache, and on a VM whose host reclaims guest
+    memory a later round's restores pay for reclaiming it: the same seconds for both tools,
+    which pull the ratio toward 1. Returns how many files it went over (0 where the platform
+    has no ``posix_fadvise``)."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return 0
+    os.sync()
+    count = 0
+    dirs = [top]
+    while dirs:
+        try:
+            listing = list(os.scandir(dirs.pop()))
+        except FileNotFoundError:
+            continue  # a server's temporary directory, gone meanwhile
+        for entry in listing:
+            if entry.is_dir(follow_symlinks=False):
+                dirs.append(Path(entry.path))
+            elif entry.is_file(follow_symlinks=False):
+                try:
+                    fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+                except OSError:
+                    continue  # gone meanwhile, or not readable
+                try:
+                    advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    count += 1
+                finally:
+                    os.close(fd)
+    return count
 
 
 def run_round(index: int, corpus: Corpus, baseline: Manifest, captured: list[str],
@@ -343,6 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             weed_version = _version([site.server.weed, "version"])
             for i in range(args.rounds):
                 print(f"round {i} ...", file=sys.stderr, flush=True)
+                if i:
+                    release_page_cache(scratch)
                 runs.append(run_round(i, corpus, baseline, captured, files, args.seed + i,
                                       scratch / f"r{i}", site, install, restic_exe))
     except BenchFailure as exc:

@@ -11,6 +11,7 @@ less than the first push, the served turn's push went through the server and sen
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from bench.remote import RATIOS, main
+from bench.remote import RATIOS, main, release_page_cache
 from bench.remote_tools import load_seaweed
 from bench.shapes import BuiltShape
 
@@ -45,3 +46,20 @@ def test_remote_comparison_runs(shape_source: Callable[[str], BuiltShape], tmp_p
     assert 0 < turn < sizes["remote_after_first"]
     assert run["steps"]["ckpt_turn_push"]["report"]["pushed"]
     assert run["steps"]["ckpt_served_push"]["report"]["tool"]["pushed"]  # checked as served
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise here")
+def test_release_page_cache_goes_over_regular_files_only(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept").write_bytes(b"not below top")
+    top = tmp_path / "top"
+    (top / "a" / "b").mkdir(parents=True)
+    contents = {top / "one": b"1" * 10_000, top / "a" / "two": b"", top / "a" / "b" / "three": b"3"}
+    for path, data in contents.items():
+        path.write_bytes(data)
+    (top / "link-to-dir").symlink_to(outside)
+    (top / "a" / "link-to-file").symlink_to(outside / "kept")
+    os.mkfifo(top / "a" / "fifo")  # opening it for reading would block
+    assert release_page_cache(top) == len(contents)
+    assert {path: path.read_bytes() for path in contents} == contents
