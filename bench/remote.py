@@ -123,10 +123,11 @@ def _settle() -> None:
 def release_page_cache(top: Path) -> int:
     """Drop the cached pages of every regular file below ``top`` (after a sync, so that all of
     them are clean and go): the bench's own copies, stores, restores and server volumes. Without
-    it, each round's ~5 GB of files fill the page cache, and on a VM whose host reclaims guest
+    it, the earlier rounds' files fill the page cache, and on a VM whose host reclaims guest
     memory a later round's restores pay for reclaiming it: the same seconds for both tools,
-    which pull the ratio toward 1. Returns how many files it went over (0 where the platform
-    has no ``posix_fadvise``)."""
+    which pull the ratio toward 1. Nothing is deleted (on ext4 without a journal, inodes freed
+    lately slow every new one's allocation). Returns how many files it went over (0 where the
+    platform has no ``posix_fadvise``)."""
     advise = getattr(os, "posix_fadvise", None)
     if advise is None:
         return 0

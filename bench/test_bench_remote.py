@@ -50,6 +50,8 @@ def test_remote_comparison_runs(shape_source: Callable[[str], BuiltShape], tmp_p
 
 @pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise here")
 def test_release_page_cache_goes_over_regular_files_only(tmp_path: Path) -> None:
+    """It advises every regular file below the directory once: not a symlink's target (file
+    or directory), not a FIFO (whose opening would block), and no content changes."""
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "kept").write_bytes(b"not below top")
