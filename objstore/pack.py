@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import os
 import threading
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import chain
-from operator import itemgetter
+from itertools import accumulate, chain, repeat
+from operator import add, itemgetter
 from typing import BinaryIO, TypeVar
 
 from ckpt.objstore import packfile
@@ -427,17 +428,15 @@ class PackedBackend:
         """`_append` of each of `objects`, none of them in `table`, a pack's worth at a time
         (caller holds the lock)."""
         lengths = list(map(len, map(itemgetter(1), objects)))
+        # each record's end within the batch, its header counted
+        ends = list(accumulate(map(add, lengths, repeat(packfile.RECORD.size))))
         done = 0
         while done < len(objects):
             writer = self._open_writer(table)
-            end = done + 1  # a pack takes at least one record, then what fits
-            room = self.pack_size - writer.size - packfile.RECORD.size - lengths[done]
-            if room >= sum(lengths[end:]) + packfile.RECORD.size * (len(objects) - end):
-                end = len(objects)
-            else:
-                while end < len(objects) and room > 0:
-                    room -= packfile.RECORD.size + lengths[end]
-                    end += 1
+            # A pack takes at least one record, and ends with the one that fills it.
+            base = ends[done - 1] if done else 0
+            end = min(bisect_left(ends, base + self.pack_size - writer.size, done) + 1,
+                      len(objects))
             try:
                 offsets = writer.append_many(objects[done:end],
                                              None if crcs is None else crcs[done:end])

@@ -582,7 +582,7 @@ class RemoteRepo:
             except RemoteNotFound:
                 raise RemoteCorrupt(self.url, key, "missing, though an index names it") from None
             for i, data in zip(todo, got):
-                parts[i] = data[:spans[i].length] if len(data) > spans[i].length else data
+                parts[i] = data[:spans[i].length]  # a read ahead brought more
                 sizes[i] = len(data)
                 self._recent.keep(key, spans[i].start, data)
         return spans, cast(list[Part], parts), sizes
@@ -706,9 +706,8 @@ class _Recent:
     def keep(self, key: str, start: int, data: Part) -> None:
         with self._lock:
             self._ends[key] = start + len(data)
-        if len(data) > RECENT_BYTES // 2:
-            return
-        with self._lock:
+            if len(data) > RECENT_BYTES // 2:
+                return
             if self._size + len(data) > RECENT_BYTES:
                 self._kept.clear()  # all at once: a walk's stretch is read again at worst
                 self._size = 0
