@@ -334,10 +334,10 @@ def venv_install(scratch: Path) -> Install:
 # imported from, whether the native scanner loaded, and which imported modules have no .pyc.
 _PROBE = """\
 import importlib.metadata, importlib.util, json, os, sys
-import ckpt.checkpoints, ckpt.checkpoints.dirlisting, ckpt.checkpoints.service, ckpt.cli.main
+import ckpt.checkpoints, ckpt.checkpoints.snapshot.dirlisting, ckpt.checkpoints.service, ckpt.cli.main
 print(json.dumps({
     "python": sys.executable, "prefix": sys.prefix, "ckpt_module": ckpt.checkpoints.__file__,
-    "native": ckpt.checkpoints.dirlisting.NATIVE,
+    "native": ckpt.checkpoints.snapshot.dirlisting.NATIVE,
     "version": importlib.metadata.version("ckpt"),
     "without_pyc": sorted(name for name, m in list(sys.modules.items())
                           if (f := getattr(m, "__file__", None) or "").endswith(".py")

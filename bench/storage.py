@@ -24,7 +24,7 @@ Run ``python -m bench.storage --case linux|django|longfile [--rounds N]
 
 The tools are ckpt processes: ``ckpt`` is this checkout, or the one ``--ckpt-path`` names
 (the running interpreter, that checkout first on ``PYTHONPATH``), ``baseline`` is whatever
-ckpt ``--baseline-python`` imports (e.g. ``/work/venv/bin/python``, an install of main), run
+ckpt ``--baseline-python`` imports (e.g. the ``bin/python`` of a venv that has an install of main), run
 with no ``PYTHONPATH`` from the scratch directory. ``--set`` applies ``ckpt config set`` to
 ``ckpt``'s stores only. Every ckpt command runs with ``CKPT_SERVER=off``.
 

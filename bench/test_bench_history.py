@@ -37,7 +37,7 @@ from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, new_checkp
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.tuning.workload import Turn, apply_turn, measure_tree, plan_turn
 
-RACY_PAUSE_S = 0.03  # > checkpoints.statcache.RACY_WINDOW_NS; a real turn takes seconds
+RACY_PAUSE_S = 0.03  # > checkpoints.snapshot.statcache.RACY_WINDOW_NS; a real turn takes seconds
 HISTORY_SIZE = 10_000
 OTHER_SESSION_EVERY = 10
 PER_TURN = 5

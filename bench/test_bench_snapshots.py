@@ -54,7 +54,7 @@ from ckpt.tuning.workload import Turn, apply_turn, measure_tree, plan_turn
 
 SHAPE_NAMES = [*SHAPES, *REAL_TREES]
 SETTINGS: dict[str, Any] = {"max_file_size": 0}
-RACY_PAUSE_S = 0.03  # > checkpoints.statcache.RACY_WINDOW_NS (20 ms)
+RACY_PAUSE_S = 0.03  # > checkpoints.snapshot.statcache.RACY_WINDOW_NS (20 ms)
 ROUNDS = {"initial": 3, "no-change": 5, "after-turn": 5, "restore-first": 5, "noop-restore": 5}
 TURN_SEED = 1000
 

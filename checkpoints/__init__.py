@@ -23,7 +23,8 @@ if TYPE_CHECKING:
         set_config_value,
         write_config,
     )
-    from ckpt.checkpoints.diff import Change
+    from ckpt.checkpoints.diff.patch import FilePatch
+    from ckpt.checkpoints.diff.trees import Change
     from ckpt.checkpoints.errors import (
         AmbiguousCheckpoint,
         CatalogCorrupt,
@@ -43,19 +44,17 @@ if TYPE_CHECKING:
         UnsupportedPlatform,
         display_text,
     )
+    from ckpt.checkpoints.history.pathlog import PathChange
     from ckpt.checkpoints.identity import (
         ForeignCheckpoint,
         WorkspaceRefused,
         is_store_dir,
         locate_store,
     )
-    from ckpt.checkpoints.ignore import DirRules, IgnoreRules
     from ckpt.checkpoints.lock import LockOwner
     from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
-    from ckpt.checkpoints.patch import FilePatch
     from ckpt.checkpoints.paths import RelPath
-    from ckpt.checkpoints.plan import RestorePlan
-    from ckpt.checkpoints.remote_config import (
+    from ckpt.checkpoints.remote.config import (
         BadRemote,
         RemoteDataDamaged,
         RemoteExists,
@@ -64,28 +63,24 @@ if TYPE_CHECKING:
         has_pushed,
         remote_names,
     )
+    from ckpt.checkpoints.remote.reports import PullReport, PushReport, RemoteCheck, RemoteGc
     from ckpt.checkpoints.reports import (
-        AbandonedRestore,
         CheckReport,
         FileEntry,
         ForgetReport,
         GcReport,
         HeldBack,
-        PathChange,
         PruneReport,
-        PullReport,
-        PushReport,
-        RemoteCheck,
-        RemoteGc,
-        RestoreConflict,
-        RestoreReport,
         StoreStats,
     )
     from ckpt.checkpoints.reserve import make_room
-    from ckpt.checkpoints.restoring import RestoreOptions
+    from ckpt.checkpoints.restore.plan import RestorePlan
+    from ckpt.checkpoints.restore.reports import AbandonedRestore, RestoreConflict, RestoreReport
+    from ckpt.checkpoints.restore.restorer import RestoreOptions
     from ckpt.checkpoints.service import STORE_NAME, Checkpoints, preload
+    from ckpt.checkpoints.snapshot.ignore import DirRules, IgnoreRules
+    from ckpt.checkpoints.snapshot.watch import WatchState
     from ckpt.checkpoints.store_setup import check_store, repair_catalog
-    from ckpt.checkpoints.watch import WatchState
 
 # Submodules that import on any platform. The others need POSIX (fcntl, O_NOFOLLOW, ...) as
 # they import, so on Windows their names raise UnsupportedPlatform instead of an ImportError.
@@ -95,7 +90,7 @@ _ANYWHERE = frozenset({"errors", "platform"})
 _WHERE: dict[str, str] = {
     **dict.fromkeys(("CONFIG_KEYS", "StoreConfig", "get_config_value", "read_config",
                      "set_config_value", "write_config"), "config"),
-    "Change": "diff",
+    "Change": "diff.trees",
     **dict.fromkeys(("AmbiguousCheckpoint", "CatalogCorrupt", "CheckpointError", "ConfigError",
                      "NothingMatched", "NotInitialized", "PathNotInCheckpoint",
                      "RestoreIncomplete", "StoreBusy", "UnknownCheckpoint", "UnsafePath",
@@ -103,26 +98,26 @@ _WHERE: dict[str, str] = {
                      "NothingToUndo", "TargetRefused"), "errors"),
     **dict.fromkeys(("ForeignCheckpoint", "WorkspaceRefused", "is_store_dir", "locate_store"),
                     "identity"),
-    **dict.fromkeys(("DirRules", "IgnoreRules"), "ignore"),
+    **dict.fromkeys(("DirRules", "IgnoreRules"), "snapshot.ignore"),
     "LockOwner": "lock",
-    "FilePatch": "patch",
+    "FilePatch": "diff.patch",
     **dict.fromkeys(("CheckpointRecord", "CheckpointStats", "Event", "SkippedPath"), "model"),
     "RelPath": "paths",
-    "RestorePlan": "plan",
+    "RestorePlan": "restore.plan",
     **dict.fromkeys(("BadRemote", "RemoteDataDamaged", "RemoteExists", "RemoteInfo",
-                     "UnknownRemote", "has_pushed", "remote_names"), "remote_config"),
-    "RestoreOptions": "restoring",
+                     "UnknownRemote", "has_pushed", "remote_names"), "remote.config"),
+    "RestoreOptions": "restore.restorer",
     "make_room": "reserve",
     "check_platform": "platform",
-    **dict.fromkeys(("AbandonedRestore", "CheckReport", "FileEntry", "ForgetReport", "GcReport",
-                     "HeldBack", "PathChange", "PruneReport", "PullReport", "PushReport",
-                     "RemoteCheck", "RemoteGc", "RestoreConflict", "RestoreReport",
-                     "StoreStats"),
-                    "reports"),
+    **dict.fromkeys(("CheckReport", "FileEntry", "ForgetReport", "GcReport", "HeldBack",
+                     "PruneReport", "StoreStats"), "reports"),
+    **dict.fromkeys(("AbandonedRestore", "RestoreConflict", "RestoreReport"), "restore.reports"),
+    **dict.fromkeys(("PullReport", "PushReport", "RemoteCheck", "RemoteGc"), "remote.reports"),
+    "PathChange": "history.pathlog",
     **dict.fromkeys(("STORE_NAME", "Checkpoints", "preload"), "service"),
     "check_store": "store_setup",
     "repair_catalog": "store_setup",
-    "WatchState": "watch",
+    "WatchState": "snapshot.watch",
 }
 
 __all__ = [

@@ -18,7 +18,7 @@
  * `listing_changes` compares two listings of one directory: the entries that differ are the
  * only ones a scan must look at when it knows what the old listing stood for.
  *
- * The format and its pure-Python twins live in checkpoints/dirlisting.py, which is the only
+ * The format and its pure-Python twins live in checkpoints/snapshot/dirlisting.py, which is the only
  * caller; this file knows nothing of ignore rules or trees: a "known" entry is two byte
  * strings, compared and split, never interpreted.
  *

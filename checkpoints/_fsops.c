@@ -18,8 +18,8 @@
  * removes the directory, all without the GIL, so that a thread can free what a restore
  * replaced while the caller goes on. It never descends into (or removes) a subdirectory.
  *
- * This file knows nothing of plans, staging layouts or stores: checkpoints/restore.py calls
- * both, checkpoints/statcache.py `exchange` (to swap a saved cache in), and each has a
+ * This file knows nothing of plans, staging layouts or stores: checkpoints/restore/apply.py calls
+ * both, checkpoints/snapshot/statcache.py `exchange` (to swap a saved cache in), and each has a
  * pure-Python fallback (plain rename; unlinking on the caller's thread) when this extension
  * is not built or the system lacks the call.
  */

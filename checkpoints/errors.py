@@ -1,7 +1,8 @@
 """The exception hierarchy of the `checkpoints` package.
 
-Owns `CheckpointError` (the one root) and its subclasses, and `display_text`, the one way a value
-is put into a one-line message (the CLI's messages use it too). Each error carries typed data
+Owns `CheckpointError` (the one root) and its subclasses, `display_text`, the one way a value
+is put into a one-line message (the CLI's messages use it too), and `naming`, which gives an
+OSError that names no file the path it is about. Each error carries typed data
 (the id, path, key...) and renders as one line naming it; `cli/errors.py` is the only place that
 maps them to exit codes and words for users. Subclasses also derive from the natural builtin
 (`KeyError` for "not found", `ValueError` for bad input) so generic callers can catch those.
@@ -13,8 +14,21 @@ objstore errors are not wrapped here: they propagate under their own root.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol
+
+
+@contextmanager
+def naming(path: str | bytes) -> Iterator[None]:
+    """A write through a file object fails with an OSError naming no file (ENOSPC, EIO):
+    name `path`, the file or directory being written, so the error says where."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, os.fsdecode(path)) from exc
+        raise
 
 
 def display_text(value: object) -> str:

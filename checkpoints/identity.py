@@ -45,7 +45,7 @@ from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.ids import hash_bytes
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints.catalog import Catalog
+    from ckpt.checkpoints.history.catalog import Catalog
     from ckpt.checkpoints.model import Event
 
 MARKER = ".ckpt"  # the marker directory of a workspace (the store, or a link to it)

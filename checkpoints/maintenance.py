@@ -23,17 +23,17 @@ from ckpt.checkpoints.errors import (
     CheckpointInUse,
     PruneIncomplete,
     display_text,
+    naming,
 )
-from ckpt.checkpoints.journal import RestoreIntent, decode_intent, read_intent
+from ckpt.checkpoints.history.reindex import REPAIR_HINT
+from ckpt.checkpoints.history.retention import select_prunable
 from ckpt.checkpoints.lock import RootLock
 from ckpt.checkpoints.model import Event
-from ckpt.checkpoints.reindex import REPAIR_HINT
-from ckpt.checkpoints.remote_config import hollow_ids
-from ckpt.checkpoints.restoring import read_journal
-from ckpt.checkpoints.retention import select_prunable
-from ckpt.checkpoints.statcache import check_stat_cache
+from ckpt.checkpoints.remote.config import hollow_ids
+from ckpt.checkpoints.restore.journal import RestoreIntent, decode_intent, read_intent
+from ckpt.checkpoints.restore.restorer import read_journal
+from ckpt.checkpoints.snapshot.statcache import check_stat_cache
 from ckpt.checkpoints.workspace import STAGING_PREFIX, Workspace
-from ckpt.checkpoints.writing import naming
 from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.local import remove_if_older
 
@@ -226,7 +226,7 @@ class Maintenance:
         root that no call has used since: the next write call on a root removes its own).
         Nobody writes them while gc holds its exclusive lock, so the age limit is only a
         second guard."""
-        from ckpt.checkpoints.restore import remove_staging  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.checkpoints.restore.apply import remove_staging  # noqa: PLC0415 (lazy: see the module)
 
         store = glob.escape(self._ws.store_dir)
         swept = sum(remove_if_older(path, older_than)

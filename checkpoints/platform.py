@@ -2,7 +2,7 @@
 
 ckpt supports Linux and macOS. The library relies on POSIX at import time (`fcntl` file locks in
 `lock.py` and `objstore/packfile.py`; `os.O_NOFOLLOW`, `os.O_DIRECTORY` and `os.O_CLOEXEC` in
-`dirlisting.py`, `ignore.py` and `restore.py`) and at run time (`os.pread`, `os.fchmod`,
+`dirlisting.py`, `ignore.py` and `restore/apply.py`) and at run time (`os.pread`, `os.fchmod`,
 `os.uname`, `dir_fd` arguments). On Windows those are missing, so `check_platform` refuses it
 with one line instead of letting an ImportError surface from deep inside. Other POSIX systems
 are not refused: they have what ckpt calls, though nobody tests them.

@@ -1,19 +1,18 @@
-"""The records the `Checkpoints` API returns: restore, prune, check and store reports.
+"""The records the store-wide calls of `Checkpoints` return: prune, forget, gc, fsck, stats,
+and a checkpoint's file entries (restores', remotes' and a path log's are in their rooms:
+`restore/reports.py`, `remote/reports.py`, `history/pathlog.py`).
 
 Plain frozen data with their JSON shapes (docs/DESIGN.md "CLI contract"); nothing here does IO.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ckpt.checkpoints.diff import Change
-from ckpt.checkpoints.model import CheckpointRecord, SkippedPath, format_time
+from ckpt.checkpoints.model import format_time
 from ckpt.checkpoints.paths import RelPath
-from ckpt.checkpoints.plan import RestorePlan
 from ckpt.objstore import EntryKind, ObjectId
 
 if TYPE_CHECKING:  # only named in annotations: fsck stays off the start-up path
@@ -27,58 +26,6 @@ class FileEntry:
     size: int
     oid: ObjectId | None
     target: bytes | None
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreConflict:
-    """A path a restore left as it was, and why (docs/DESIGN.md "Restore rules", 4)."""
-
-    path: RelPath
-    reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": os.fsdecode(self.path), "reason": self.reason}
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreReport:
-    """What a restore did (or, `dry_run`, would do). `conflicts`: the paths it left as they
-    were (a partial restore); `not_captured`: paths the scan before it did not capture (too
-    large, unreadable, ...), kept as they are; `later_tracked`: paths first tracked after a
-    tracked-scope target, restored to their earliest recorded state (docs/DESIGN.md);
-    `undid`: the pre-restore checkpoint an `undo` restored; `target`: the directory a restore
-    into another one wrote (None: the workspace)."""
-
-    id: str
-    written: int
-    deleted: int
-    dirs_created: int
-    dirs_removed: int
-    unchanged: int
-    bytes_written: int
-    pre_restore: str | None
-    discarded: tuple[str, ...]
-    dry_run: bool
-    plan: RestorePlan
-    conflicts: tuple[RestoreConflict, ...] = ()
-    duration_ms: int = 0
-    not_captured: tuple[SkippedPath, ...] = ()
-    later_tracked: tuple[RelPath, ...] = ()
-    undid: str | None = None
-    target: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id, "written": self.written, "deleted": self.deleted,
-            "dirs_created": self.dirs_created, "dirs_removed": self.dirs_removed,
-            "unchanged": self.unchanged, "bytes_written": self.bytes_written,
-            "pre_restore": self.pre_restore, "discarded": list(self.discarded),
-            "conflicts": [c.to_json() for c in self.conflicts],
-            "not_captured": [{"path": os.fsdecode(s.path), "reason": s.reason}
-                             for s in self.not_captured],
-            "later_tracked": [os.fsdecode(p) for p in self.later_tracked],
-            "undid": self.undid, "target": self.target,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,33 +66,6 @@ class GcReport:
 
 
 @dataclass(frozen=True, slots=True)
-class AbandonedRestore:
-    """A killed restore whose journal `recover --abandon` cleared without completing it, and
-    what is lost: `applied` is what the restore had changed (the pre-restore save against the
-    workspace as found; None without one), `not_applied` what completing it would still have
-    changed (None when `problem` says why the store cannot tell). The workspace is left as it
-    is; restoring `pre_restore` undoes what was applied."""
-
-    checkpoint: str | None  # the target's id (None: the journal could not be read)
-    tree: ObjectId | None
-    pre_restore: str | None
-    problem: str | None  # why the restore could not be completed; None when it could have been
-    applied: tuple[Change, ...] | None
-    not_applied: tuple[Change, ...] | None
-
-    def to_json(self) -> dict[str, Any]:
-        def changes(found: tuple[Change, ...] | None) -> list[dict[str, str]] | None:
-            if found is None:
-                return None
-            return [{"path": os.fsdecode(c.path), "change": c.change} for c in found]
-
-        return {"checkpoint": self.checkpoint,
-                "tree": self.tree.hex() if self.tree is not None else None,
-                "pre_restore": self.pre_restore, "problem": self.problem,
-                "applied": changes(self.applied), "not_applied": changes(self.not_applied)}
-
-
-@dataclass(frozen=True, slots=True)
 class PruneReport:
     """The checkpoints a prune removed (or would remove), and the gc that followed, if any."""
 
@@ -171,25 +91,6 @@ class ForgetReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"removed": list(self.removed), "dry_run": self.dry_run}
-
-
-@dataclass(frozen=True, slots=True)
-class PathChange:
-    """One checkpoint where the entry at a path differs from the checkpoint before it
-    (`Checkpoints.path_log`): `change` is A (appeared), M (content, mode or link target;
-    a directory: anything below it), D (gone) or T (type: file, symlink, directory);
-    `kind` and `size` are the entry's at `record` (None once it is gone)."""
-
-    record: CheckpointRecord
-    change: str
-    kind: str | None
-    size: int | None
-
-    def to_json(self) -> dict[str, Any]:
-        r = self.record
-        return {"id": r.id, "created_at": format_time(r.created_at), "session": r.session,
-                "change": self.change, "kind": self.kind, "size": self.size,
-                "reason": r.reason, "turn_id": r.turn_id, "tool_call_id": r.tool_call_id}
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,64 +124,6 @@ class StoreStats:
     @property
     def dedup_ratio(self) -> float:
         return self.logical_bytes / self.stored_bytes if self.stored_bytes else 0.0
-
-
-# -- remotes (remotes.py) -----------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class PushReport:
-    """What a push sent: the records written to the remote (`pushed`, oldest first), those it
-    already had (`present`), and the objects uploaded for them, as packs."""
-
-    remote: str
-    pushed: tuple[str, ...]
-    present: tuple[str, ...]
-    objects: int
-    packs: int
-    bytes_uploaded: int
-    skipped_hollow: tuple[str, ...] = ()  # pulled checkpoints whose objects are not here
-
-    def to_json(self) -> dict[str, Any]:
-        return {"remote": self.remote, "pushed": list(self.pushed),
-                "present": list(self.present), "objects": self.objects, "packs": self.packs,
-                "bytes_uploaded": self.bytes_uploaded,
-                "skipped_hollow": list(self.skipped_hollow)}
-
-
-@dataclass(frozen=True, slots=True)
-class PullReport:
-    """The records a pull adopted into the catalog (`pulled`, oldest first; their objects
-    stay on the remote until a restore needs them) and how many it already had."""
-
-    remote: str
-    pulled: tuple[str, ...]
-    present: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"remote": self.remote, "pulled": list(self.pulled), "present": self.present}
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteCheck:
-    """`fsck --remote`: the remote's packs, objects and records checked, and the problems
-    (each names the pack, index or record key)."""
-
-    remote: str
-    full: bool
-    packs: int
-    objects: int
-    records: int
-    problems: tuple[str, ...]
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def to_json(self) -> dict[str, Any]:
-        return {"remote": self.remote, "full": self.full, "packs": self.packs,
-                "objects": self.objects, "records": self.records,
-                "problems": list(self.problems), "ok": self.ok}
-
 
 @dataclass(frozen=True, slots=True)
 class RemoteGc:

@@ -22,10 +22,10 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, BinaryIO, Self
 
-from ckpt.checkpoints.catalog import Catalog
 from ckpt.checkpoints.config import StoreConfig, read_config, write_config
-from ckpt.checkpoints.diff import Change, diff_trees, iter_leaves, with_not_captured
-from ckpt.checkpoints.errors import NotInitialized, PathNotInCheckpoint, UnsafePath
+from ckpt.checkpoints.diff.trees import Change, diff_trees, iter_leaves, with_not_captured
+from ckpt.checkpoints.errors import NotInitialized, PathNotInCheckpoint, UnsafePath, naming
+from ckpt.checkpoints.history.catalog import Catalog
 from ckpt.checkpoints.identity import (
     MARKER,
     Binding,
@@ -43,31 +43,30 @@ from ckpt.checkpoints.identity import (
 from ckpt.checkpoints.lock import RootLock
 from ckpt.checkpoints.model import CheckpointRecord, Event
 from ckpt.checkpoints.paths import RelPath
-from ckpt.checkpoints.remote_api import RemoteCalls
-from ckpt.checkpoints.scan import ProgressFn
+from ckpt.checkpoints.remote.calls import RemoteCalls
+from ckpt.checkpoints.snapshot.scan import ProgressFn
 from ckpt.checkpoints.workspace import Clock, Listener, Workspace
-from ckpt.checkpoints.writing import LockedRoot, naming
+from ckpt.checkpoints.writing import LockedRoot
 from ckpt.objstore import EntryKind, ObjectStore, StoreOptions, TreeEntry
 from ckpt.objstore.errors import StoreNotFound
 
 # The restore side (plan, restore, reports) is imported where it is used: a `ckpt create` is
 # one process start, and building those modules' classes would be paid for nothing.
 if TYPE_CHECKING:
+    from ckpt.checkpoints.diff.patch import FilePatch
+    from ckpt.checkpoints.history.pathlog import PathChange
     from ckpt.checkpoints.maintenance import Maintenance
-    from ckpt.checkpoints.patch import FilePatch
     from ckpt.checkpoints.reports import (
-        AbandonedRestore,
         CheckReport,
         FileEntry,
         ForgetReport,
         GcReport,
-        PathChange,
         PruneReport,
-        RestoreReport,
         StoreStats,
     )
-    from ckpt.checkpoints.restoring import RestoreOptions, Restorer
-    from ckpt.checkpoints.watch import WatchState
+    from ckpt.checkpoints.restore.reports import AbandonedRestore, RestoreReport
+    from ckpt.checkpoints.restore.restorer import RestoreOptions, Restorer
+    from ckpt.checkpoints.snapshot.watch import WatchState
 
 STORE_NAME = ".ckpt"
 
@@ -78,7 +77,8 @@ def preload() -> None:
     would rather pay once at start than at its first restore or first scan without a stat
     cache. The CLI never calls it: each command is one process start, and most never need
     those modules."""
-    for name in ("ignore", "plan", "reports", "restore", "restoring"):
+    for name in ("snapshot.ignore", "restore.plan", "reports", "restore.apply",
+                 "restore.restorer"):
         importlib.import_module(f"ckpt.checkpoints.{name}")
 
 
@@ -158,7 +158,7 @@ class Checkpoints(RemoteCalls):
     # Restoring and maintenance are imported on first use: a snapshot needs neither.
     @cached_property
     def _restorer(self) -> Restorer:
-        from ckpt.checkpoints.restoring import Restorer  # noqa: PLC0415 (see above)
+        from ckpt.checkpoints.restore.restorer import Restorer  # noqa: PLC0415 (see above)
 
         return Restorer(self._ws)
 
@@ -286,7 +286,7 @@ class Checkpoints(RemoteCalls):
     # -- the file watcher ----------------------------------------------------------------
 
     def _start_watch(self) -> None:
-        from ckpt.checkpoints.watch import WatchHandle  # noqa: PLC0415 (only watch=True needs it)
+        from ckpt.checkpoints.snapshot.watch import WatchHandle  # noqa: PLC0415 (only watch=True needs it)
 
         self._ws.watch = WatchHandle(self._ws.root_b, self._ws.cache_path)
 
@@ -359,7 +359,7 @@ class Checkpoints(RemoteCalls):
         scope, saving the current state first as the undo, recording the event). A relative
         path in `options.paths` is relative to the root, or to `cwd` when given."""
         if options is None:
-            from ckpt.checkpoints.restoring import RestoreOptions  # noqa: PLC0415 (see above)
+            from ckpt.checkpoints.restore.restorer import RestoreOptions  # noqa: PLC0415 (see above)
 
             options = RestoreOptions()
         if cwd is not None and options.paths:
@@ -369,7 +369,7 @@ class Checkpoints(RemoteCalls):
         target, only = self._restorer.resolve(ref, options)
         started = time.monotonic()
         if options.target is not None:
-            from ckpt.checkpoints.restore_into import restore_into  # noqa: PLC0415 (see above)
+            from ckpt.checkpoints.restore.restore_into import restore_into  # noqa: PLC0415 (see above)
 
             self.settle()
             dest = os.path.join(cwd, options.target) if cwd is not None else options.target
@@ -387,7 +387,7 @@ class Checkpoints(RemoteCalls):
         a pre-restore checkpoint whose metadata `undo_of` names it. Restoring that save (the
         report's `pre_restore`) redoes; another undo walks further back. A restore of some
         paths is undone for those paths only. NothingToUndo when no restore is left."""
-        from ckpt.checkpoints.restoring import RestoreOptions, restored_paths  # noqa: PLC0415 (see above)
+        from ckpt.checkpoints.restore.restorer import RestoreOptions, restored_paths  # noqa: PLC0415 (see above)
 
         started = time.monotonic()
         with self._writing("undo") as locked:
@@ -472,7 +472,7 @@ class Checkpoints(RemoteCalls):
         """The checkpoint `ref` names: `latest`, `latest~N`, `ID~N`, an id or a unique
         prefix of one (refs.py; `~N`: N steps back in the session's history on the root).
         UnknownCheckpoint (saying how far the history goes) or AmbiguousCheckpoint."""
-        from ckpt.checkpoints.refs import resolve_ref  # noqa: PLC0415 (only here)
+        from ckpt.checkpoints.history.refs import resolve_ref  # noqa: PLC0415 (only here)
 
         return resolve_ref(self.catalog, ref, session=self.session, root=self.root)
 
@@ -524,7 +524,7 @@ class Checkpoints(RemoteCalls):
         oldest first, where the entry at `path` differs from the checkpoint before: added,
         modified, deleted or changed in type (a directory: anything below it). Relative to
         the root, or to `cwd` when given. Read-only."""
-        from ckpt.checkpoints.pathlog import path_changes  # noqa: PLC0415 (only here)
+        from ckpt.checkpoints.history.pathlog import path_changes  # noqa: PLC0415 (only here)
 
         rel = self._ws.user_rel(path, cwd)
         hollow = self._hollow()  # pulled, objects on the remote: not read for a log
@@ -581,7 +581,7 @@ class Checkpoints(RemoteCalls):
         """`diff(ref, ref2)` as git-format patches (patch.py), one per changed path, each
         changed path within `paths` (relative to the root) when given. Both sides come from
         the store: the scan of the workspace stores its new versions."""
-        from ckpt.checkpoints.patch import render  # noqa: PLC0415 (only here)
+        from ckpt.checkpoints.diff.patch import render  # noqa: PLC0415 (only here)
 
         changes = self.diff(ref, ref2)
         if paths is not None:

@@ -44,8 +44,8 @@ def repair_catalog(store_dir: str | os.PathLike[str], *, lock_timeout: float = 6
     exclusively, so no write call runs meanwhile (`StoreBusy` after `lock_timeout`).
     """
     check_store(store_dir)
-    from ckpt.checkpoints.catalog import Catalog  # noqa: PLC0415 (after the platform check)
     from ckpt.checkpoints.errors import CatalogCorrupt  # noqa: PLC0415
+    from ckpt.checkpoints.history.catalog import Catalog  # noqa: PLC0415 (after the platform check)
     from ckpt.checkpoints.lock import RootLock  # noqa: PLC0415
 
     store = os.fspath(store_dir)

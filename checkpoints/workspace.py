@@ -19,23 +19,34 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ckpt.checkpoints.catalog import Catalog
 from ckpt.checkpoints.config import CONFIG_FILE, StoreConfig, read_config
-from ckpt.checkpoints.diff import diff_trees
-from ckpt.checkpoints.errors import UnsafePath
-from ckpt.checkpoints.gitexclude import NO_EXCLUDES, GitExcludes, read_git_excludes
+from ckpt.checkpoints.diff.trees import diff_trees
+from ckpt.checkpoints.errors import UnsafePath, naming
+from ckpt.checkpoints.history.catalog import Catalog
+from ckpt.checkpoints.history.retention import select_over_cap
 from ckpt.checkpoints.identity import MARKER, legacy_key, read_marker
 from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, new_checkpoint_id
 from ckpt.checkpoints.paths import RelPath, parse_relpath, user_path_to_rel
-from ckpt.checkpoints.retention import select_over_cap
-from ckpt.checkpoints.scan import ProgressFn, ScanOptions, ScanResult, scan_paths, scan_workspace
-from ckpt.checkpoints.statcache import DirTable, StatCache, read_stat_cache, write_stat_cache
-from ckpt.checkpoints.writing import LockedRoot, naming
+from ckpt.checkpoints.snapshot.gitexclude import NO_EXCLUDES, GitExcludes, read_git_excludes
+from ckpt.checkpoints.snapshot.scan import (
+    ProgressFn,
+    ScanOptions,
+    ScanResult,
+    scan_paths,
+    scan_workspace,
+)
+from ckpt.checkpoints.snapshot.statcache import (
+    DirTable,
+    StatCache,
+    read_stat_cache,
+    write_stat_cache,
+)
+from ckpt.checkpoints.writing import LockedRoot
 from ckpt.objstore import EntryKind, ObjectId, ObjectStore, TreeEntry
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints.ignore import IgnoreRules
-    from ckpt.checkpoints.watch import WatchHandle
+    from ckpt.checkpoints.snapshot.ignore import IgnoreRules
+    from ckpt.checkpoints.snapshot.watch import WatchHandle
 
 logger = logging.getLogger("ckpt")
 CacheFileKey = tuple[int, tuple[int, ...] | None, tuple[int, ...] | None]
@@ -129,7 +140,7 @@ class Workspace:
 
     def restore_left_over(self) -> bool:
         """Whether a killed restore of this root left a journal or a staging directory: the
-        cheap test every write call makes before it asks restoring.py to complete one."""
+        cheap test every write call makes before it asks restore/restorer.py to complete one."""
         if (self.catalog.restore_journal(self.root_key) is not None
                 or os.path.lexists(self.journal_path)):
             return True
@@ -238,7 +249,7 @@ class Workspace:
 
     def _rules(self, translations: tuple[str, Mapping[str, Any]] | None,
                git_excludes: GitExcludes) -> IgnoreRules:
-        from ckpt.checkpoints.ignore import IgnoreRules, reuse_translations  # noqa: PLC0415 (lazy: pathspec)
+        from ckpt.checkpoints.snapshot.ignore import IgnoreRules, reuse_translations  # noqa: PLC0415 (lazy: pathspec)
 
         if translations is not None:  # saved by an earlier scan: spares importing pathspec
             reuse_translations(*translations)
@@ -296,7 +307,7 @@ class Workspace:
             raise
         new_cache.ignore_translations = cache.ignore_translations
         if loaded:
-            from ckpt.checkpoints.ignore import known_translations  # noqa: PLC0415 (lazy: pathspec)
+            from ckpt.checkpoints.snapshot.ignore import known_translations  # noqa: PLC0415 (lazy: pathspec)
 
             new_cache.ignore_translations = known_translations()
             if new_cache.ignore_translations != cache.ignore_translations:

@@ -28,8 +28,8 @@ import enum
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
@@ -38,7 +38,7 @@ from ckpt.checkpoints.lock import RootLock
 from ckpt.objstore.errors import ObjstoreError
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints.statcache import StatCache
+    from ckpt.checkpoints.snapshot.statcache import StatCache
 
 Job = Callable[[], None]
 # Past this many files hashed or written, a call's bookkeeping is done in the call (see above).
@@ -62,18 +62,6 @@ def run_all(jobs: Sequence[Job]) -> BaseException | None:
         except BaseException as exc:  # noqa: BLE001 (the caller raises it)
             failure = failure or exc
     return failure
-
-
-@contextmanager
-def naming(path: str | bytes) -> Iterator[None]:
-    """A write through a file object fails with an OSError naming no file (ENOSPC, EIO):
-    name `path`, the file or directory being written, so the error says where."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.filename is None and exc.errno is not None:
-            raise OSError(exc.errno, exc.strerror, os.fsdecode(path)) from exc
-        raise
 
 
 class LockedRoot:

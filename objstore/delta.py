@@ -4,7 +4,7 @@ What lives here, for `ObjectStore`: the decision to store a blob as a delta agai
 (`DeltaEncoder.encode`: where it pays, chains bounded), the reading of a chain (`read_base`),
 the ledger of what deltas saved (`ckpt stats`), and the ids gc and fsck must follow from the
 objects they keep (`envelope_closure`). What does not: zstd (codec.py), where the hints come
-from (checkpoints/scan.py: a changed file's previous blob).
+from (checkpoints/snapshot/scan.py: a changed file's previous blob).
 
 A chain: a full object F (depth 0), deltas on it (depth 1), deltas on those (depth 2), ... at
 most `chain` deep. A hint at depth `chain` is not extended: the delta is made against its

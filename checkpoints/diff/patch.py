@@ -1,7 +1,7 @@
 """Unified patches in git's format from a list of `Change`s: the text people and agents read.
 
 Pure: the only way in is `read(oid) -> bytes` (a blob's content); no IO of its own, no clock.
-It must not decide what changed (`diff.py` does) nor print (the CLI does).
+It must not decide what changed (`diff/trees.py` does) nor print (the CLI does).
 
 The format is what `git diff` prints, less git's `index` line (ckpt ids are BLAKE3, not
 SHA-1), so `git apply` and `patch -p1` take it:
@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from ckpt.checkpoints.diff import Change
-from ckpt.checkpoints.linediff import grouped, opcodes
+from ckpt.checkpoints.diff.linediff import grouped, opcodes
+from ckpt.checkpoints.diff.trees import Change
 from ckpt.checkpoints.paths import RelPath
 from ckpt.objstore import EntryKind, ObjectId, TreeEntry
 

@@ -45,7 +45,6 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
-from ckpt.checkpoints import reindex
 from ckpt.checkpoints.errors import (
     AmbiguousCheckpoint,
     CatalogCorrupt,
@@ -54,8 +53,8 @@ from ckpt.checkpoints.errors import (
     UnknownCheckpoint,
     display_text,
 )
-from ckpt.checkpoints.model import CheckpointRecord, Event
-from ckpt.checkpoints.records import (
+from ckpt.checkpoints.history import reindex
+from ckpt.checkpoints.history.records import (
     RecordDir,
     Row,
     dump_json,
@@ -66,7 +65,8 @@ from ckpt.checkpoints.records import (
     row_digest,
     to_us,
 )
-from ckpt.checkpoints.reindex import REPAIR_HINT
+from ckpt.checkpoints.history.reindex import REPAIR_HINT
+from ckpt.checkpoints.model import CheckpointRecord, Event
 from ckpt.objstore.atomicfile import sync_directory
 from ckpt.objstore.ids import hash_bytes
 

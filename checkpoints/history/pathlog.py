@@ -15,9 +15,10 @@ loader and nothing else.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from ckpt.checkpoints.reports import PathChange
+from ckpt.checkpoints.model import format_time
 from ckpt.objstore import EntryKind, ObjectId, Tree, TreeEntry
 
 if TYPE_CHECKING:
@@ -31,6 +32,25 @@ _KIND_NAMES = {EntryKind.FILE: "file", EntryKind.EXECUTABLE: "executable",
 _TYPE = {EntryKind.FILE: "file", EntryKind.EXECUTABLE: "file", EntryKind.SYMLINK: "symlink",
          EntryKind.TREE: "tree"}
 Key = tuple[EntryKind, ObjectId | None, bytes | None, int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class PathChange:
+    """One checkpoint where the entry at a path differs from the checkpoint before it
+    (`Checkpoints.path_log`): `change` is A (appeared), M (content, mode or link target;
+    a directory: anything below it), D (gone) or T (type: file, symlink, directory);
+    `kind` and `size` are the entry's at `record` (None once it is gone)."""
+
+    record: CheckpointRecord
+    change: str
+    kind: str | None
+    size: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.record
+        return {"id": r.id, "created_at": format_time(r.created_at), "session": r.session,
+                "change": self.change, "kind": self.kind, "size": self.size,
+                "reason": r.reason, "turn_id": r.turn_id, "tool_call_id": r.tool_call_id}
 
 
 def _covers(record: CheckpointRecord, path: RelPath) -> bool:

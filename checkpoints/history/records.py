@@ -33,8 +33,8 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
+from ckpt.checkpoints.errors import naming
 from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, SkippedPath
-from ckpt.checkpoints.writing import naming
 from ckpt.objstore.atomicfile import sync_directory, write_atomically
 from ckpt.objstore.codec import pack_data, unpack_data
 from ckpt.objstore.errors import CorruptObject

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ckpt.checkpoints.errors import UnknownCheckpoint
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints.catalog import Catalog
+    from ckpt.checkpoints.history.catalog import Catalog
     from ckpt.checkpoints.model import CheckpointRecord
 
 LATEST = "latest"

@@ -18,14 +18,21 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ckpt.checkpoints.errors import CatalogCorrupt, display_text
+from ckpt.checkpoints.history.records import (
+    BadRecord,
+    Row,
+    parse_row,
+    record_name,
+    row_digest,
+    to_us,
+)
 from ckpt.checkpoints.model import CheckpointRecord, Event
-from ckpt.checkpoints.records import BadRecord, Row, parse_row, record_name, row_digest, to_us
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from ckpt.checkpoints.catalog import Catalog
-    from ckpt.checkpoints.records import RecordDir
+    from ckpt.checkpoints.history.catalog import Catalog
+    from ckpt.checkpoints.history.records import RecordDir
 
 REPAIR_HINT = "run 'ckpt fsck --repair' to rebuild the catalog from the record files"
 Problem = tuple[str, str]  # (where, what)

@@ -2,7 +2,7 @@
 a remote's history, fsck, gc and prune of a remote, and the hooks that make a hollow
 checkpoint (pulled, objects on the remote) local before a restore, diff, show or cat reads it.
 
-The work is remotes.py's; this module only composes it with the service's locks. Every
+The work is remote/remote.py's; this module only composes it with the service's locks. Every
 import of the remote side happens inside a call, so `import ckpt.checkpoints.service` loads
 none of it and a store without remotes pays one `stat` per hook.
 """
@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING
 from ckpt.checkpoints.model import CheckpointRecord
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints.catalog import Catalog
     from ckpt.checkpoints.config import StoreConfig
-    from ckpt.checkpoints.remote_config import RemoteInfo
-    from ckpt.checkpoints.remotes import BlobFetch, Remote
-    from ckpt.checkpoints.reports import PullReport, PushReport, RemoteCheck, RemoteGc
-    from ckpt.checkpoints.restoring import RestoreOptions
-    from ckpt.checkpoints.scan import ProgressFn
+    from ckpt.checkpoints.history.catalog import Catalog
+    from ckpt.checkpoints.remote.config import RemoteInfo
+    from ckpt.checkpoints.remote.remote import Remote
+    from ckpt.checkpoints.remote.reports import PullReport, PushReport, RemoteCheck, RemoteGc
+    from ckpt.checkpoints.restore.restorer import RestoreOptions
+    from ckpt.checkpoints.restore.staging import BlobFetch
+    from ckpt.checkpoints.snapshot.scan import ProgressFn
     from ckpt.checkpoints.workspace import Workspace
     from ckpt.checkpoints.writing import LockedRoot
 
@@ -64,8 +65,8 @@ class RemoteCalls:
         """Configure remote `name` at `url` (`s3://bucket/prefix`) in `<store>/remotes.toml`;
         nothing is sent. Credentials are never stored: the S3 client reads the standard AWS
         environment variables and files. RemoteExists / BadRemote."""
-        from ckpt.checkpoints import remote_config as rc  # noqa: PLC0415 (remotes on use)
-        from ckpt.checkpoints.remotes import check_url  # noqa: PLC0415
+        from ckpt.checkpoints.remote import config as rc  # noqa: PLC0415 (remotes on use)
+        from ckpt.checkpoints.remote.remote import check_url  # noqa: PLC0415
 
         rc.parse_remote_name(name)
         check_url(url, endpoint, region)
@@ -77,7 +78,7 @@ class RemoteCalls:
         return info
 
     def remote_list(self) -> builtins.list[RemoteInfo]:
-        from ckpt.checkpoints.remote_config import read_remotes  # noqa: PLC0415
+        from ckpt.checkpoints.remote.config import read_remotes  # noqa: PLC0415
 
         return [info for _, info in sorted(read_remotes(self.store_dir).items())]
 
@@ -85,7 +86,7 @@ class RemoteCalls:
         """Forget remote `name` and its local cache (the remote itself is left as it is)."""
         import shutil  # noqa: PLC0415
 
-        from ckpt.checkpoints import remote_config as rc  # noqa: PLC0415
+        from ckpt.checkpoints.remote import config as rc  # noqa: PLC0415
 
         remotes = rc.read_remotes(self.store_dir)
         if name not in remotes:
@@ -96,7 +97,7 @@ class RemoteCalls:
 
     @contextmanager
     def _remote(self, name: str | None) -> Iterator[Remote]:
-        from ckpt.checkpoints.remotes import Remote  # noqa: PLC0415
+        from ckpt.checkpoints.remote.remote import Remote  # noqa: PLC0415
 
         self.settle()
         remote = Remote.choose(self._ws, name)
@@ -154,8 +155,8 @@ class RemoteCalls:
                      grace_seconds: float | None = None) -> RemoteGc:
         """Delete this session's records on the remote (every root) that match every
         filter, under its exclusive lock, then gc the remote. Local checkpoints stay."""
-        from ckpt.checkpoints.remotes import prune_filter  # noqa: PLC0415
-        from ckpt.checkpoints.reports import RemoteGc  # noqa: PLC0415
+        from ckpt.checkpoints.remote.remote import prune_filter  # noqa: PLC0415
+        from ckpt.checkpoints.remote.reports import RemoteGc  # noqa: PLC0415
 
         pick = prune_filter(now=self._ws.clock(), session=self.session, reason=reason,
                             turn_id=turn_id, keep_latest=keep_latest, older_than=older_than)
@@ -170,7 +171,7 @@ class RemoteCalls:
 
     def _hollow(self) -> set[str]:
         """Ids of the checkpoints whose objects are on a remote only (one stat without)."""
-        from ckpt.checkpoints.remote_config import hollow_ids  # noqa: PLC0415
+        from ckpt.checkpoints.remote.config import hollow_ids  # noqa: PLC0415
 
         return hollow_ids(self.store_dir)
 
@@ -185,7 +186,7 @@ class RemoteCalls:
     def _hydrating(self, record: CheckpointRecord) -> Iterator[BlobFetch | None]:
         """Within: `record`'s trees are here and the value fetches its missing blobs
         (`Remote.hydrating`), if it is hollow; None if its objects are here already."""
-        from ckpt.checkpoints.remote_config import (  # noqa: PLC0415
+        from ckpt.checkpoints.remote.config import (  # noqa: PLC0415
             Origin,
             read_origins,
             read_remotes,
@@ -207,12 +208,12 @@ class RemoteCalls:
         (`_hydrating`; damaged data leaves that directory as it was). A checkpoint that came
         from a remote may have been taken at another path: the user asked for it by id, so it
         is restored here (no ForeignCheckpoint)."""
-        from ckpt.checkpoints.remote_config import has_remotes, read_origins  # noqa: PLC0415
+        from ckpt.checkpoints.remote.config import has_remotes, read_origins  # noqa: PLC0415
 
         if not has_remotes(self.store_dir):
             return options
         from ckpt.checkpoints.errors import UnknownCheckpoint  # noqa: PLC0415
-        from ckpt.checkpoints.remotes import remotes_holding  # noqa: PLC0415
+        from ckpt.checkpoints.remote.remote import remotes_holding  # noqa: PLC0415
 
         try:
             record = self.resolve(ref)

@@ -9,19 +9,19 @@ order of durable steps:
         with the remote's shared lock:
             todo  = records whose ids the remote's records/ lacks, oldest first
             upload(what their trees hold that no checkpoint on the remote holds: a tree
-                   diff, remote_push.py)          # packs PUT, verified, indexed
+                   diff, remote/push.py)          # packs PUT, verified, indexed
             put_record(each of todo)          # If-None-Match: only once all it needs is indexed
             update_head(each session)         # If-Match loop: two pushers merge, none is lost
     pull:
         with the remote's shared lock: fetch the records this store lacks (decoded, checked)
-        mark them hollow (remote_config.py origins), then adopt them under the root's write
+        mark them hollow (remote/config.py origins), then adopt them under the root's write
         lock (a pending record file + its row per checkpoint, as a create writes one)
     hydrate(record):                          # before a restore, diff or show of a hollow one
         fetch the missing trees level by level, then the missing blobs; mark it local
 
 A record names only objects already indexed on the remote, and a checkpoint adopted locally
 is hollow until its objects are here: neither side ever points at what it cannot read.
-Must not touch the working tree (restoring.py does, after `hydrate`) nor print.
+Must not touch the working tree (restore/restorer.py does, after `hydrate`) nor print.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from ckpt.checkpoints.errors import AmbiguousCheckpoint
+from ckpt.checkpoints.history.records import BadRecord, decode_record, record_name, to_us
 from ckpt.checkpoints.model import CheckpointRecord
-from ckpt.checkpoints.records import BadRecord, decode_record, record_name, to_us
-from ckpt.checkpoints.remote_config import (
+from ckpt.checkpoints.remote.config import (
     BadRemote,
     Origin,
     Pulled,
@@ -54,8 +54,9 @@ from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.codec import pack_data, unpack_data
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints.records import Row
-    from ckpt.checkpoints.reports import PullReport, PushReport, RemoteCheck, RemoteGc
+    from ckpt.checkpoints.history.records import Row
+    from ckpt.checkpoints.remote.reports import PullReport, PushReport, RemoteCheck, RemoteGc
+    from ckpt.checkpoints.restore.staging import BlobFetch
     from ckpt.checkpoints.workspace import Workspace
     from ckpt.objstore import ObjectId, ObjectStore
     from ckpt.objstore.remote.repo import Arrived, RemoteRepo
@@ -65,9 +66,6 @@ RECORD_CACHE = "record-files"  # beside the object layer's own cache files
 
 # A pulled record before adoption: (row, tracked paths, record).
 Fetched = tuple["Row", tuple[bytes, ...], CheckpointRecord]
-# Fetches a hollow checkpoint's missing blobs, saying which are readable as they arrive, with
-# the envelopes it stored (`Remote.hydrating`); returns how many objects it fetched.
-BlobFetch = Callable[[Callable[[list["Arrived"]], object] | None], int]
 
 
 def check_url(url: str, endpoint: str | None, region: str | None) -> None:
@@ -177,8 +175,8 @@ class Remote:
 
     def push(self, records: Sequence[CheckpointRecord],
              progress: Callable[[int, int], None] | None = None) -> PushReport:
-        from ckpt.checkpoints.remote_push import plan_push  # noqa: PLC0415
-        from ckpt.checkpoints.reports import PushReport  # noqa: PLC0415 (lazy: see reports)
+        from ckpt.checkpoints.remote.push import plan_push  # noqa: PLC0415
+        from ckpt.checkpoints.remote.reports import PushReport  # noqa: PLC0415 (lazy: see reports)
 
         ws = self.ws
         hollow = {i for i, p in read_origins(ws.store_dir).items() if p.state is Origin.HOLLOW}
@@ -236,7 +234,7 @@ class Remote:
         root's write lock: each record file is written pending inside the transaction that
         inserts its row (as `Catalog.add_checkpoint` does), so an open in between never
         sees a record file the catalog lacks."""
-        from ckpt.checkpoints.reports import PullReport  # noqa: PLC0415 (lazy: see reports)
+        from ckpt.checkpoints.remote.reports import PullReport  # noqa: PLC0415 (lazy: see reports)
 
         catalog = self.ws.catalog
         update_origins(self.ws.store_dir, {f[2].id: Pulled(self.info.name, Origin.HOLLOW)
@@ -295,7 +293,7 @@ class Remote:
     # -- maintenance of the remote ----------------------------------------------------------
 
     def check(self, *, full: bool) -> RemoteCheck:
-        from ckpt.checkpoints.reports import RemoteCheck  # noqa: PLC0415 (lazy: see reports)
+        from ckpt.checkpoints.remote.reports import RemoteCheck  # noqa: PLC0415 (lazy: see reports)
 
         with self.locked("shared") as repo:
             found = repo.check(full=full)
@@ -312,7 +310,7 @@ class Remote:
            | None = None) -> RemoteGc:
         """Under the exclusive lock: delete the records `remove` picks (prune --remote), then
         every pack no kept record needs, past the grace period (the object layer's rules)."""
-        from ckpt.checkpoints.reports import RemoteGc  # noqa: PLC0415 (lazy: see reports)
+        from ckpt.checkpoints.remote.reports import RemoteGc  # noqa: PLC0415 (lazy: see reports)
 
         with self.locked("exclusive") as repo:
             records = self.records(repo)
@@ -391,7 +389,7 @@ def prune_filter(*, now: Any, session: str, reason: str | None, turn_id: str | N
                  ) -> Callable[[list[Fetched]], list[Fetched]]:
     """What `prune --remote` removes: the session's records on the remote (every root: a
     remote has no "this root") that match every filter, as a local prune selects."""
-    from ckpt.checkpoints.retention import select_prunable  # noqa: PLC0415
+    from ckpt.checkpoints.history.retention import select_prunable  # noqa: PLC0415
 
     def pick(records: list[Fetched]) -> list[Fetched]:
         mine = [f for f in records if f[2].session == session]

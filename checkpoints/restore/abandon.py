@@ -9,7 +9,7 @@ without completing the restore, and first says what is lost:
     not_applied = what applying the plan would still do     # what it had not (None: unknown)
 
 Both are limited to the restore's selection (its `--path` paths). This module computes that
-description from what its caller gives (the fresh scan, the plan); the caller (restoring.py)
+description from what its caller gives (the fresh scan, the plan); the caller (restore/restorer.py)
 clears the journal. It writes nothing and never prints.
 """
 
@@ -18,16 +18,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ckpt.checkpoints.diff import Change, diff_trees
+from ckpt.checkpoints.diff.trees import Change, diff_trees
 from ckpt.checkpoints.errors import CatalogCorrupt, UnknownCheckpoint
-from ckpt.checkpoints.journal import RestoreIntent
 from ckpt.checkpoints.paths import RelPath
-from ckpt.checkpoints.reports import AbandonedRestore
+from ckpt.checkpoints.restore.journal import RestoreIntent
+from ckpt.checkpoints.restore.reports import AbandonedRestore
 from ckpt.objstore import EntryKind, ObjectId
 from ckpt.objstore.errors import CorruptObject, ObjectNotFound
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints.plan import RestorePlan
+    from ckpt.checkpoints.restore.plan import RestorePlan
     from ckpt.checkpoints.workspace import Workspace
 
 

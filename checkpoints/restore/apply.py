@@ -41,8 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ckpt.checkpoints.paths import RelPath, display, parent_rel
-from ckpt.checkpoints.plan import Chmod, FileWrite, RestorePlan
-from ckpt.checkpoints.statcache import RACY_WINDOW_NS
+from ckpt.checkpoints.restore.plan import Chmod, FileWrite, RestorePlan
+from ckpt.checkpoints.snapshot.statcache import RACY_WINDOW_NS
 from ckpt.objstore import EntryKind, TreeEntry
 from ckpt.objstore.native import load_native
 

@@ -44,7 +44,7 @@ class FileWrite:
 
 class Chmod(NamedTuple):
     """A file whose content stays and whose permission bits become `entry`'s (`entry.perms`;
-    an entry of default mode is narrowed by the umask, as a file restore.py writes is)."""
+    an entry of default mode is narrowed by the umask, as a file restore/apply.py writes is)."""
 
     path: RelPath
     entry: TreeEntry  # FILE or EXECUTABLE

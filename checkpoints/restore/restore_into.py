@@ -13,7 +13,7 @@ workspace as it is.
 Nothing of the root is read or written: no scan, no pre-restore save, no journal (dest is
 new: a killed run leaves a partial directory that a second run refuses as not empty), no
 stat cache. A missing or corrupt object leaves dest as it was (absent or empty). Building the
-tree in place of staging numbered files and renaming each (restore.py, for a workspace) saves
+tree in place of staging numbered files and renaming each (restore/apply.py, for a workspace) saves
 a rename, two stats and a directory lookup per file, and spreads the creations over the
 tree's directories. A hollow checkpoint's blobs are fetched while the tree is built: each
 file is written as soon as its blob is stored (`fetch_blobs`, from `Remote.hydrating`), so
@@ -31,16 +31,16 @@ from ckpt.checkpoints.errors import RestoreIncomplete, TargetRefused
 from ckpt.checkpoints.identity import MARKER
 from ckpt.checkpoints.lock import RootLock
 from ckpt.checkpoints.paths import RelPath
-from ckpt.checkpoints.restore import DIR_FLAGS, ApplyReport
+from ckpt.checkpoints.restore.apply import DIR_FLAGS, ApplyReport
 from ckpt.checkpoints.workspace import WORKSPACE_STAGING_PREFIX, Workspace
 from ckpt.objstore import EntryKind
 
 if TYPE_CHECKING:
     from ckpt.checkpoints.model import CheckpointRecord
-    from ckpt.checkpoints.plan import RestorePlan
-    from ckpt.checkpoints.remotes import BlobFetch
-    from ckpt.checkpoints.reports import RestoreReport
-    from ckpt.checkpoints.scan import ProgressFn
+    from ckpt.checkpoints.restore.plan import RestorePlan
+    from ckpt.checkpoints.restore.reports import RestoreReport
+    from ckpt.checkpoints.restore.staging import BlobFetch
+    from ckpt.checkpoints.snapshot.scan import ProgressFn
 
 
 def check_target(ws: Workspace, path: str) -> str:
@@ -107,15 +107,15 @@ def restore_into(ws: Workspace, record: CheckpointRecord, only: tuple[RelPath, .
     """Write checkpoint `record` (or its paths `only`) into `dest_path` (see the module).
     `fetch_blobs`: for a hollow checkpoint, what brings its blobs from the remote
     (`Remote.hydrating`); each file is written as soon as its blob is here."""
-    from ckpt.checkpoints.plan import plan_restore  # noqa: PLC0415 (lazy: the restore side)
-    from ckpt.checkpoints.restore import describe_conflicts  # noqa: PLC0415
-    from ckpt.checkpoints.restoring import (  # noqa: PLC0415
+    from ckpt.checkpoints.restore.apply import describe_conflicts  # noqa: PLC0415
+    from ckpt.checkpoints.restore.plan import plan_restore  # noqa: PLC0415 (lazy: the restore side)
+    from ckpt.checkpoints.restore.restorer import (  # noqa: PLC0415
         Found,
         dry_run_report,
         restore_event,
         restore_report,
     )
-    from ckpt.checkpoints.staging import stage_tree  # noqa: PLC0415
+    from ckpt.checkpoints.restore.staging import stage_tree  # noqa: PLC0415
 
     dest = check_target(ws, dest_path)
     found = Found((), ())

@@ -4,7 +4,7 @@
         current = scan the workspace (and save it as a pre-restore checkpoint unless told not)
         plan = plan_restore(current, target)        # pure; a dry run stops here
         journal the intent (with the pre-restore record: one transaction), unless nothing to do
-        stage the files to write, then apply the plan (restore.py)
+        stage the files to write, then apply the plan (restore/apply.py)
         defer: teach the stat cache what was written; free what the apply replaced
         drop later checkpoints if asked; close the journal (with the event: one transaction)
         raise RestoreIncomplete if some paths were left as they were
@@ -14,7 +14,7 @@
         if a journal is left: re-plan from a fresh scan against its target and apply again
 
 Completing is idempotent: whatever a killed restore applied, the next call ends with exactly
-its target. Applying a plan is `restore.py`'s (the only module that mutates the working tree);
+its target. Applying a plan is `restore/apply.py`'s (the only module that mutates the working tree);
 planning is `plan.py`'s; the journal's encoding is `journal.py`'s. This module imports the
 restore side (plan, restore, reports) only where it is used, so a snapshot does not build it.
 It never prints and changes no process-global state.
@@ -22,6 +22,7 @@ It never prints and changes no process-global state.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -37,23 +38,24 @@ from ckpt.checkpoints.errors import (
     NothingToUndo,
     RestoreIncomplete,
     UnknownCheckpoint,
+    naming,
 )
+from ckpt.checkpoints.history.refs import resolve_ref
 from ckpt.checkpoints.identity import ForeignCheckpoint
-from ckpt.checkpoints.journal import (
+from ckpt.checkpoints.model import CheckpointRecord, Event, SkippedPath
+from ckpt.checkpoints.paths import RelPath
+from ckpt.checkpoints.restore.journal import (
     RestoreIntent,
     clear_intent,
     decode_intent,
     encode_intent,
     read_intent,
 )
-from ckpt.checkpoints.model import CheckpointRecord, Event, SkippedPath
-from ckpt.checkpoints.paths import RelPath
-from ckpt.checkpoints.refs import resolve_ref
-from ckpt.checkpoints.reports import RestoreConflict, RestoreReport
-from ckpt.checkpoints.scan import ProgressFn
-from ckpt.checkpoints.statcache import StatCache, leaf_counts
-from ckpt.checkpoints.statcache_restore import record_restore
-from ckpt.checkpoints.storemarks import leave_stores_alone
+from ckpt.checkpoints.restore.reports import RestoreConflict, RestoreReport
+from ckpt.checkpoints.restore.statcache_update import record_restore
+from ckpt.checkpoints.snapshot.scan import ProgressFn
+from ckpt.checkpoints.snapshot.statcache import StatCache, leaf_counts
+from ckpt.checkpoints.snapshot.storemarks import is_store_dir
 from ckpt.checkpoints.workspace import (
     STAGING_PREFIX,
     WORKSPACE_STAGING_PREFIX,
@@ -61,15 +63,15 @@ from ckpt.checkpoints.workspace import (
     is_workspace_staging,
     ms,
 )
-from ckpt.checkpoints.writing import LockedRoot, naming
+from ckpt.checkpoints.writing import LockedRoot
 from ckpt.objstore import EntryKind, ObjectId, ObjectStore, oid_hex
 from ckpt.objstore.errors import CorruptObject, ObjectNotFound, ObjstoreError
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints.plan import RestorePlan
-    from ckpt.checkpoints.reports import AbandonedRestore
-    from ckpt.checkpoints.restore import ApplyReport
-    from ckpt.checkpoints.tracked_revert import RevertScope
+    from ckpt.checkpoints.restore.apply import ApplyReport
+    from ckpt.checkpoints.restore.plan import RestorePlan
+    from ckpt.checkpoints.restore.reports import AbandonedRestore
+    from ckpt.checkpoints.restore.tracked_revert import RevertScope
 
 logger = logging.getLogger("ckpt.checkpoints.restore")
 
@@ -191,7 +193,7 @@ class Restorer:
         """The paths first tracked after a tracked-scope `target` (tracked_revert.py)."""
         if target.scope != "paths":
             return None
-        from ckpt.checkpoints.tracked_revert import revert_scope  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.checkpoints.restore.tracked_revert import revert_scope  # noqa: PLC0415 (lazy: see the module)
 
         objects = self._ws.objects
         return revert_scope(objects.get_tree, objects.put_tree, target,
@@ -201,7 +203,7 @@ class Restorer:
         """Plan from `current`, the state the scan just saw (and wrote to the stat cache); the
         leaf counts of that scan's directories let an equal subtree count as unchanged without
         loading it."""
-        from ckpt.checkpoints.plan import plan_restore  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.checkpoints.restore.plan import plan_restore  # noqa: PLC0415 (lazy: see the module)
 
         ws = self._ws
         plan = plan_restore(ws.objects.get_tree, current, intent.tree, scope=intent.scope,
@@ -228,7 +230,7 @@ class Restorer:
     def _execute(self, locked: LockedRoot, intent: RestoreIntent, target: CheckpointRecord,
                  plan: RestorePlan, found: Found, started: float, progress: ProgressFn | None,
                  *, resuming: bool = False, undid: str | None = None) -> RestoreReport:
-        from ckpt.checkpoints.restore import ApplyReport, describe_conflicts  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.checkpoints.restore.apply import ApplyReport, describe_conflicts  # noqa: PLC0415 (lazy: see the module)
 
         ws = self._ws
         if plan.is_empty and not resuming:
@@ -263,12 +265,12 @@ class Restorer:
     def _apply_journaled(self, locked: LockedRoot, intent: RestoreIntent, plan: RestorePlan,
                          progress: ProgressFn | None, *, resuming: bool) -> ApplyReport:
         """Stage and apply `plan`; the caller has journaled `intent`."""
-        from ckpt.checkpoints.restore import (  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.checkpoints.restore.apply import (  # noqa: PLC0415 (lazy: see the module)
             apply_plan,
             remove_staging,
             remove_staging_soon,
         )
-        from ckpt.checkpoints.staging import stage_files  # noqa: PLC0415 (lazy: see restore)
+        from ckpt.checkpoints.restore.staging import stage_files  # noqa: PLC0415 (lazy: see restore)
 
         ws = self._ws
         try:
@@ -360,12 +362,12 @@ class Restorer:
 
     def abandon(self, locked: LockedRoot) -> AbandonedRestore | None:
         """Clear this root's journal without completing its restore, after saying what that
-        loses (abandoning.py); None when there is no journal. The workspace is left as it is
+        loses (restore/abandon.py); None when there is no journal. The workspace is left as it is
         (only the restore's staging directory goes). A journal that cannot be read is cleared
         too: nothing can be said of it but why."""
-        from ckpt.checkpoints.abandoning import describe_abandoned  # noqa: PLC0415 (lazy: see the module)
-        from ckpt.checkpoints.reports import AbandonedRestore  # noqa: PLC0415 (lazy: see the module)
-        from ckpt.checkpoints.restore import remove_staging  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.checkpoints.restore.abandon import describe_abandoned  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.checkpoints.restore.apply import remove_staging  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.checkpoints.restore.reports import AbandonedRestore  # noqa: PLC0415 (lazy: see the module)
 
         ws = self._ws
         try:
@@ -408,7 +410,7 @@ class Restorer:
         except OSError:
             pass
         if paths:
-            from ckpt.checkpoints.restore import remove_staging  # noqa: PLC0415 (lazy: see the module)
+            from ckpt.checkpoints.restore.apply import remove_staging  # noqa: PLC0415 (lazy: see the module)
 
             logger.debug("removing %d leftover staging directories", len(paths))
             for path in paths:
@@ -419,7 +421,7 @@ class Restorer:
         if os.path.lexists(ws.journal_path):  # an older ckpt's journal file: carried over
             ws.catalog.journal_restore(ws.root_key, encode_intent(intent))
             clear_intent(ws.journal_path)
-        from ckpt.checkpoints.restore import remove_staging  # noqa: PLC0415 (lazy: see the module)
+        from ckpt.checkpoints.restore.apply import remove_staging  # noqa: PLC0415 (lazy: see the module)
 
         remove_staging(intent.staging)  # (in the workspace, for a store on another file system)
         try:
@@ -440,6 +442,27 @@ class Restorer:
             return None
         return self._execute(locked, intent, target, plan, _found(intent, target, seen.skipped),
                              time.monotonic(), None, resuming=True)
+
+
+def leave_stores_alone(plan: RestorePlan, root: bytes) -> RestorePlan:
+    """`plan` without what it would write, create or remove inside a ckpt store. A store is
+    never in a scan's tree, so the plan makes each one it reaches a directory to create:
+    only those are looked at (a failing lstat each, for a directory that does not exist)."""
+    stores = [path for path in plan.mkdirs if is_store_dir(root + b"/" + path)]
+    if not stores:
+        return plan
+    prefixes = tuple(path + b"/" for path in stores)
+
+    def outside(path: bytes) -> bool:
+        return path not in stores and not path.startswith(prefixes)
+
+    return dataclasses.replace(
+        plan,
+        pre_removals=tuple(r for r in plan.pre_removals if outside(r.path)),
+        mkdirs=tuple(p for p in plan.mkdirs if outside(p)),
+        writes=tuple(w for w in plan.writes if outside(w.path)),
+        chmods=tuple(c for c in plan.chmods if outside(c[0])),
+        removals=tuple(r for r in plan.removals if outside(r.path)))
 
 
 def read_journal(objects: ObjectStore, data: bytes, where: str, root: bytes) -> RestoreIntent:

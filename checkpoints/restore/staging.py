@@ -1,7 +1,7 @@
-"""Staging a restore plan's files (step 1 of a restore, see restore.py): every file's content
+"""Staging a restore plan's files (step 1 of a restore, see restore/apply.py): every file's content
 read from the store, verified by its hash, and written into a staging directory before
 anything in the workspace changes. Two layouts: numbered names in one flat directory
-(`stage_files`, for restores of a workspace, which restore.py moves into place one by one)
+(`stage_files`, for restores of a workspace, which restore/apply.py moves into place one by one)
 and the plan's own paths below a new private directory (`stage_tree`, for a restore into a
 new directory, whose top-level entries are then moved as wholes).
 
@@ -22,8 +22,8 @@ caller asks for the first contents; what the caller writes itself (symlinks) wai
 A name with a slash (`stage_tree`) is opened relative to the staging directory's descriptor;
 no component of it but the last could be a symlink unless its owner put one there.
 
-What must not live here: anything that touches the workspace (restore.py applies), plans
-(plan.py), journals (restoring.py).
+What must not live here: anything that touches the workspace (restore/apply.py applies), plans
+(plan.py), journals (restore/restorer.py).
 """
 
 from __future__ import annotations
@@ -33,27 +33,31 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from typing import TYPE_CHECKING, BinaryIO, Self, cast
 
 from ckpt.checkpoints.paths import RelPath
-from ckpt.checkpoints.plan import FileWrite, RestorePlan
-from ckpt.checkpoints.restore import (
+from ckpt.checkpoints.restore.apply import (
     DIR_FLAGS,
     RESTORED_AGE_NS,
     current_umask,
     remove_staging,
     restored_mode,
 )
-from ckpt.checkpoints.scan import ProgressFn
+from ckpt.checkpoints.restore.plan import FileWrite, RestorePlan
+from ckpt.checkpoints.snapshot.scan import ProgressFn
 from ckpt.objstore import CorruptObject, EntryKind, ObjectId, ObjectStore, Slice, hash_bytes
 from ckpt.objstore.native import load_native
 
 if TYPE_CHECKING:
-    from ckpt.checkpoints.remotes import BlobFetch
     from ckpt.objstore.remote.repo import Arrived
+
+# Fetches a hollow checkpoint's missing blobs, saying which are readable as they arrive, with
+# the envelopes it stored; returns how many objects it fetched. The remote side makes one
+# (`remote.Remote.hydrating`) and the service passes it in: a restore never imports remotes.
+BlobFetch = Callable[[Callable[[list["Arrived"]], object] | None], int]
 
 _fsops = load_native("ckpt.checkpoints._fsops")
 _native_write_files = None if _fsops is None else _fsops.write_files

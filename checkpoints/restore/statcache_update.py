@@ -26,8 +26,8 @@ import bisect
 import stat as statmod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ckpt.checkpoints.dirlisting import ListedEntry, listed_entry, patch_listing
-from ckpt.checkpoints.statcache import (
+from ckpt.checkpoints.snapshot.dirlisting import ListedEntry, listed_entry, patch_listing
+from ckpt.checkpoints.snapshot.statcache import (
     IGNORE_FILES,
     NOT_SETTLED,
     DirRecord,
@@ -86,7 +86,7 @@ def _restored_listings(cache: StatCache, written: Sequence[Written],
     Only files and links may have come or gone, and no ignore file, nor a name the rules left
     out: then the rows that `record_restored` makes describe that listing exactly. Files the
     restore wrote are not racy: they are dated before their staging, so any later write shows
-    in their mtime (see restore.py). A listing that is not what the directory really lists
+    in their mtime (see restore/apply.py). A listing that is not what the directory really lists
     (something else changed it meanwhile) costs only speed: the next walk reports it."""
     changes: dict[bytes, dict[bytes, ListedEntry | None]] = {}
     for path in removed:

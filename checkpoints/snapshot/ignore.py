@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final, NamedTuple
 
-from ckpt.checkpoints.gitexclude import GitExcludes, read_git_excludes
+from ckpt.checkpoints.snapshot.gitexclude import GitExcludes, read_git_excludes
 
 GITIGNORE: Final = b".gitignore"
 CKPTIGNORE: Final = b".ckptignore"
@@ -51,7 +51,7 @@ _FS_ERRORS: Final = sys.getfilesystemencodeerrors()
 # Git does not follow a symlinked in-tree .gitignore; O_NONBLOCK keeps a FIFO from hanging us.
 _OPEN_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _ALWAYS_OUT: Final = frozenset({".git"})
-# A restore's staging directory when the store is on another file system (restoring.py
+# A restore's staging directory when the store is on another file system (restore/restorer.py
 # `_staging_dir`): "<prefix><hex token>" at the root, never workspace content.
 STAGING_PREFIX: Final = ".ckpt-staging-"
 _HEX: Final = frozenset("0123456789abcdef")

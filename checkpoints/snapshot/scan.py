@@ -24,7 +24,7 @@ all_hits, rules_clean, virtual) are defined in statcache.py's glossary. With the
 
 The scan never modifies the workspace. It writes objects and returns the new stat cache; the
 caller (the service) decides when the cache is saved and the record committed. What a restore
-teaches the cache is not here but in statcache_restore.py.
+teaches the cache is not here but in restore/statcache_update.py.
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from ckpt.checkpoints.dirlisting import (
+from ckpt.checkpoints.model import SkippedPath
+from ckpt.checkpoints.paths import RelPath, ancestors, parse_relpath
+from ckpt.checkpoints.snapshot.dirlisting import (
     Known,
     ListedEntry,
     MaybeNames,
@@ -48,9 +50,7 @@ from ckpt.checkpoints.dirlisting import (
     walk_dirs,
     walk_dirs_watched,
 )
-from ckpt.checkpoints.model import SkippedPath
-from ckpt.checkpoints.paths import RelPath, ancestors, parse_relpath
-from ckpt.checkpoints.statcache import (
+from ckpt.checkpoints.snapshot.statcache import (
     IGNORE_FILES,
     NOT_SETTLED,
     DirRecord,
@@ -65,7 +65,11 @@ from ckpt.checkpoints.statcache import (
     row_name,
     tree_row,
 )
-from ckpt.checkpoints.storemarks import is_store_dir, listing_holds_store, listing_may_hold_store
+from ckpt.checkpoints.snapshot.storemarks import (
+    is_store_dir,
+    listing_holds_store,
+    listing_may_hold_store,
+)
 from ckpt.objstore import (
     ContentChanged,
     EntryKind,
@@ -79,7 +83,7 @@ from ckpt.objstore import (
 from ckpt.objstore.objects import DEFAULT_MODES, MODE_BITS
 
 if TYPE_CHECKING:  # pathspec is dear to import: only snapshots that decide a name pay for it
-    from ckpt.checkpoints.ignore import DirRules, IgnoreRules
+    from ckpt.checkpoints.snapshot.ignore import DirRules, IgnoreRules
 
 # Explains the cache's decisions (why a file is read again or trusted, why a directory is taken
 # whole or looked into) at DEBUG. A scan asks once whether it is on (`_Scanner.log`).

@@ -7,9 +7,9 @@ as the scan saw it (see dirlisting.py), with the stat of its ignore files and th
 rules left out, so a directory whose listing is unchanged is recognised by one comparison, its
 rows not even decoded (they stay packed until something asks for them). `FileRow.matches` is
 the one decision that trusts a file without reading it. What a restore teaches the cache lives
-beside it, in statcache_restore.py. No walking and no hashing here.
+beside it, in restore/statcache_update.py. No walking and no hashing here.
 
-Glossary (the words scan.py and statcache_restore.py use):
+Glossary (the words scan.py and restore/statcache_update.py use):
 - listing: one directory's entries as bytes, sorted, each a name and its lstat fields
   (dirlisting.py); equal listings mean no entry came, went or changed its stat.
 - racy: a row (or listing) stamped too close to the scan that made it to be trusted later:
@@ -62,7 +62,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ckpt.checkpoints.statcache_rows import MAGIC, pack_rows, unpack_plain_rows, unpack_rows
+from ckpt.checkpoints.snapshot.statcache_rows import (
+    MAGIC,
+    pack_rows,
+    unpack_plain_rows,
+    unpack_rows,
+)
 from ckpt.objstore import FileState
 from ckpt.objstore.atomicfile import write_atomically
 from ckpt.objstore.codec import MAGIC as ENVELOPE_MAGIC

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, count, repeat
 from typing import Any, TypeVar
 
-from ckpt.checkpoints.dirlisting import listing_changes
+from ckpt.checkpoints.snapshot.dirlisting import listing_changes
 from ckpt.objstore.codec import pack_data, unpack_data
 from ckpt.objstore.errors import CorruptObject
 

@@ -6,8 +6,9 @@ that holds them, as it excludes `.git/`: another workspace's store nested under 
 renamed store, the root's own store however it is reached. A `.gitignore` inside a store is
 not a marker.
 
-A restore leaves them alone too (`leave_stores_alone`): a checkpoint taken while a directory
-was not yet a store may hold its files, and none of them is written back into the store.
+A restore leaves them alone too (`restore/restorer.py`'s `leave_stores_alone`, with
+`is_store_dir`): a checkpoint taken while a directory was not yet a store may hold its files,
+and none of them is written back into the store.
 
 The test is built for the walk's hot path: `listing_may_hold_store` is two substring searches
 of a listing's bytes, and only a directory that passes it is looked at (its listing parsed,
@@ -16,15 +17,11 @@ its `format` file read). This module reads at most that one small file; it never
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import stat
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from ckpt.checkpoints.dirlisting import iter_listing
-
-if TYPE_CHECKING:
-    from ckpt.checkpoints.plan import RestorePlan
+from ckpt.checkpoints.snapshot.dirlisting import iter_listing
 
 FORMAT: Final = b"format"
 CATALOG: Final = b"catalog.db"
@@ -85,24 +82,3 @@ def _format_tagged(path: bytes) -> bool:
         return False
     finally:
         os.close(fd)
-
-
-def leave_stores_alone(plan: RestorePlan, root: bytes) -> RestorePlan:
-    """`plan` without what it would write, create or remove inside a ckpt store. A store is
-    never in a scan's tree, so the plan makes each one it reaches a directory to create:
-    only those are looked at (a failing lstat each, for a directory that does not exist)."""
-    stores = [path for path in plan.mkdirs if is_store_dir(root + b"/" + path)]
-    if not stores:
-        return plan
-    prefixes = tuple(path + b"/" for path in stores)
-
-    def outside(path: bytes) -> bool:
-        return path not in stores and not path.startswith(prefixes)
-
-    return dataclasses.replace(
-        plan,
-        pre_removals=tuple(r for r in plan.pre_removals if outside(r.path)),
-        mkdirs=tuple(p for p in plan.mkdirs if outside(p)),
-        writes=tuple(w for w in plan.writes if outside(w.path)),
-        chmods=tuple(c for c in plan.chmods if outside(c[0])),
-        removals=tuple(r for r in plan.removals if outside(r.path)))

@@ -64,7 +64,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt.checkpoints.dirlisting import Known, linked_dirs, walk_dirs
+from ckpt.checkpoints.snapshot.dirlisting import Known, linked_dirs, walk_dirs
 
 logger = logging.getLogger("ckpt")
 

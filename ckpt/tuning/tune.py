@@ -86,7 +86,7 @@ STORAGE_KEYS = tuple(k for k in ("dictionaries", "deltas", "delta_chain", "block
 SESSION_TURNS = 100  # the session a store size is judged by: the first snapshot + N such turns
 STORE_SLACK = 1.10  # "within 10% of the smallest store"
 DEFAULT_SLACK = 1.05  # keep the defaults when they are this close to the fastest
-RACY_PAUSE_S = 0.03  # > checkpoints.statcache.RACY_WINDOW_NS: a real turn takes seconds
+RACY_PAUSE_S = 0.03  # > checkpoints.snapshot.statcache.RACY_WINDOW_NS: a real turn takes seconds
 IGNORE_FILES = frozenset({".gitignore", ".ckptignore"})
 
 Progress = Callable[[str], None]

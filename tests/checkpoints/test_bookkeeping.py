@@ -27,7 +27,7 @@ from ckpt.checkpoints import workspace as workspace_module
 from ckpt.checkpoints import writing as writing_module
 from ckpt.checkpoints.errors import StoreBusy
 from ckpt.checkpoints.service import Checkpoints
-from ckpt.checkpoints.statcache import RACY_WINDOW_NS, read_stat_cache, write_stat_cache
+from ckpt.checkpoints.snapshot.statcache import RACY_WINDOW_NS, read_stat_cache, write_stat_cache
 
 
 @pytest.fixture

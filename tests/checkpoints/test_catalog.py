@@ -1,4 +1,4 @@
-"""The SQLite catalog (checkpoints.catalog): round trips, queries, atomicity, damage, sharing."""
+"""The SQLite catalog (checkpoints.history.catalog): round trips, queries, atomicity, damage, sharing."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckpt import checkpoints
-from ckpt.checkpoints.catalog import SCHEMA_VERSION, Catalog, _records_sql
 from ckpt.checkpoints.errors import (
     AmbiguousCheckpoint,
     CatalogCorrupt,
@@ -30,6 +29,7 @@ from ckpt.checkpoints.errors import (
     StoreBusy,
     UnknownCheckpoint,
 )
+from ckpt.checkpoints.history.catalog import SCHEMA_VERSION, Catalog, _records_sql
 from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats, Event, SkippedPath
 from ckpt.checkpoints.paths import RelPath
 
@@ -62,7 +62,7 @@ numbered_event = _factory["numbered_event"]
 
 WRITER = FACTORY + '''
 import sys
-from ckpt.checkpoints.catalog import Catalog
+from ckpt.checkpoints.history.catalog import Catalog
 path, session, start, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 with Catalog.open(path) as catalog:
     print("ready", flush=True)
@@ -75,7 +75,7 @@ with Catalog.open(path) as catalog:
 PRUNER = '''
 import sys
 from datetime import datetime, timezone
-from ckpt.checkpoints.catalog import Catalog
+from ckpt.checkpoints.history.catalog import Catalog
 from ckpt.checkpoints.model import Event
 path = sys.argv[1]
 with Catalog.open(path) as catalog:
@@ -123,7 +123,7 @@ def test_every_record_field_round_trips_byte_exact(catalog: Catalog, db_path: st
         metadata={"a": [1, 2.5, {"b": None, "c": [True, False]}], "ü": {"": ""}, "big": 2**70},
         session="sessión", scope="paths", parent="ckpt-1795969022000-parent00",
         tree=bytes(range(1, 33)), at=datetime(2026, 11, 29, 16, 17, 2, 123456, UTC),
-        stats=CheckpointStats(12, 3456, 7, 890, 2, 55, hashed=4), root="/home/u/caf\udce9",
+        stats=CheckpointStats(12, 3456, 7, 890, 2, 55, hashed=4), root="/srv/u/caf\udce9",
         skipped=(SkippedPath(RelPath(b"big\xff.bin"), "too-large"),
                  SkippedPath(RelPath(b"fifo"), "special")),
         paths=(b"src/\xff\xfe.py", b"docs/r\xc3\xa9sum\xc3\xa9.md", b"a"))

@@ -15,7 +15,7 @@ import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from ckpt.checkpoints.restoring import RestoreOptions
+from ckpt.checkpoints.restore.restorer import RestoreOptions
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.objstore import EntryKind, ObjectId, ObjectStore, codec
 from ckpt.objstore.delta import read_chain

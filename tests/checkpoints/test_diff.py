@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt.checkpoints.diff import diff_trees
+from ckpt.checkpoints.diff.trees import diff_trees
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.objstore import EntryKind, ObjectId, ObjectStore, StoreOptions, Tree, TreeEntry
 from ckpt.objstore.memory import MemoryBackend

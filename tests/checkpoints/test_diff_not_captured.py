@@ -11,7 +11,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from ckpt.checkpoints.config import StoreConfig, write_config
-from ckpt.checkpoints.diff import Change, with_not_captured
+from ckpt.checkpoints.diff.trees import Change, with_not_captured
 from ckpt.checkpoints.model import SkippedPath
 from ckpt.checkpoints.paths import RelPath
 from ckpt.checkpoints.service import Checkpoints

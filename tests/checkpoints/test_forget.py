@@ -15,7 +15,7 @@ from ckpt.checkpoints import (
     UnknownCheckpoint,
 )
 from ckpt.checkpoints.identity import root_key
-from ckpt.checkpoints.journal import RestoreIntent, encode_intent
+from ckpt.checkpoints.restore.journal import RestoreIntent, encode_intent
 from ckpt.objstore.gc import find_reachable
 
 

@@ -1,4 +1,4 @@
-"""Ignore rules (checkpoints.ignore): gitignore semantics, checked against real git."""
+"""Ignore rules (checkpoints.snapshot.ignore): gitignore semantics, checked against real git."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt.checkpoints.ignore import DirRules, IgnoreRules
+from ckpt.checkpoints.snapshot.ignore import DirRules, IgnoreRules
 
 GIT = shutil.which("git")
 needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")
@@ -252,7 +252,7 @@ def test_rules_in_a_directory_without_ignore_files_are_shared(tmp_path: Path) ->
 
 
 def test_pathspec_regex_shapes_this_module_relies_on() -> None:
-    # checkpoints.ignore reads these shapes to tell name patterns, "everything" patterns and
+    # checkpoints.snapshot.ignore reads these shapes to tell name patterns, "everything" patterns and
     # trailing "/**" apart; a pathspec release that changes them must fail here, not silently.
     from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 

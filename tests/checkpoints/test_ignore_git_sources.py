@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from soak import scale
 
 from ckpt.checkpoints.config import StoreConfig, write_config
-from ckpt.checkpoints.gitexclude import config_value, read_git_excludes
-from ckpt.checkpoints.ignore import IgnoreRules
 from ckpt.checkpoints.service import Checkpoints
+from ckpt.checkpoints.snapshot.gitexclude import config_value, read_git_excludes
+from ckpt.checkpoints.snapshot.ignore import IgnoreRules
 
 GIT = shutil.which("git")
 needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")

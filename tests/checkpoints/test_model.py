@@ -39,7 +39,7 @@ def make_record(**changes: Any) -> CheckpointRecord:
         "session": "default", "scope": "tree", "parent": None, "tree": TREE, "created_at": T0,
         "stats": CheckpointStats(files=3, bytes=10, new_objects=1, new_bytes=4, skipped=1,
                                  duration_ms=7, hashed=2),
-        "root": "/work/repo", "skipped": (SkippedPath(RelPath(b"big.bin"), "too-large"),),
+        "root": "/srv/repo", "skipped": (SkippedPath(RelPath(b"big.bin"), "too-large"),),
         "paths": ()}
     return CheckpointRecord(**(fields | changes))
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt.checkpoints import staging
+from ckpt.checkpoints.restore import staging
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.objstore import EntryKind, Tree, TreeEntry, hash_bytes
 from ckpt.objstore.codec import encode_tree

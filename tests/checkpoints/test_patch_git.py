@@ -22,9 +22,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt.checkpoints import Checkpoints, linediff
-from ckpt.checkpoints.diff import Change
-from ckpt.checkpoints.patch import FilePatch, quote_name, render_change
+from ckpt.checkpoints import Checkpoints
+from ckpt.checkpoints.diff import linediff
+from ckpt.checkpoints.diff.patch import FilePatch, quote_name, render_change
+from ckpt.checkpoints.diff.trees import Change
 from ckpt.checkpoints.paths import parse_relpath
 from ckpt.objstore import EntryKind, TreeEntry
 from ckpt.objstore.ids import hash_bytes

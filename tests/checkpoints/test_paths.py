@@ -24,7 +24,7 @@ from ckpt.checkpoints.paths import (
     user_path_to_rel,
 )
 
-ROOT = "/work/space"
+ROOT = "/srv/space"
 
 
 @pytest.mark.parametrize("good", [
@@ -70,12 +70,12 @@ def test_small_helpers() -> None:
 
 
 @pytest.mark.parametrize(("path", "cwd", "expected"), [
-    ("/work/space/a.txt", None, b"a.txt"),
-    ("a.txt", "/work/space", b"a.txt"),
-    ("b/../a.txt", "/work/space", b"a.txt"),
-    ("../../space/a.txt", "/work/space/sub", b"a.txt"),
-    ("x", "/work/space/sub/dir", b"sub/dir/x"),
-    ("/work/space/./sub//x/", None, b"sub/x"),
+    ("/srv/space/a.txt", None, b"a.txt"),
+    ("a.txt", "/srv/space", b"a.txt"),
+    ("b/../a.txt", "/srv/space", b"a.txt"),
+    ("../../space/a.txt", "/srv/space/sub", b"a.txt"),
+    ("x", "/srv/space/sub/dir", b"sub/dir/x"),
+    ("/srv/space/./sub//x/", None, b"sub/x"),
 ])
 def test_user_path_to_rel_resolves_against_cwd(path: str, cwd: str | None,
                                                expected: bytes) -> None:
@@ -83,13 +83,13 @@ def test_user_path_to_rel_resolves_against_cwd(path: str, cwd: str | None,
 
 
 @pytest.mark.parametrize(("path", "cwd"), [
-    ("/work/space", None),  # the root itself
-    ("/work/space/", None),
-    (".", "/work/space"),
-    ("/work/other/a.txt", None),
-    ("/work/spaceship/a.txt", None),  # shares the root's name as a prefix
-    ("../a.txt", "/work/space"),
-    ("a/../../a.txt", "/work/space"),
+    ("/srv/space", None),  # the root itself
+    ("/srv/space/", None),
+    (".", "/srv/space"),
+    ("/srv/other/a.txt", None),
+    ("/srv/spaceship/a.txt", None),  # shares the root's name as a prefix
+    ("../a.txt", "/srv/space"),
+    ("a/../../a.txt", "/srv/space"),
     ("/etc/passwd", None),
     ("a.txt", "/elsewhere"),
     ("/", None),
@@ -123,7 +123,7 @@ _raw_paths = st.lists(_components, min_size=0, max_size=6).map(b"/".join)
 @settings(max_examples=400, deadline=None)
 @given(raw=_raw_paths)
 def test_accepted_paths_join_under_the_root_without_escaping(raw: bytes) -> None:
-    root = b"/work/space"
+    root = b"/srv/space"
     try:
         rel = parse_relpath(raw)
     except UnsafePath:
@@ -159,7 +159,7 @@ def _resolve(cwd: str, typed: str) -> str:
                      max_size=6).map("/".join),
        absolute=st.booleans())
 def test_user_paths_are_inside_the_root_or_refused(path: str, absolute: bool) -> None:
-    cwd = "/work/space/sub"
+    cwd = "/srv/space/sub"
     typed = "/" + path if absolute else path
     resolved = _resolve(cwd, typed)
     try:

@@ -1,4 +1,4 @@
-"""The pure restore planner (checkpoints.plan) on hand-built trees in an in-memory store.
+"""The pure restore planner (checkpoints.restore.plan) on hand-built trees in an in-memory store.
 
 No filesystem: trees are built from literals into `ObjectStore(MemoryBackend())`, and the
 loader handed to `plan_restore` counts which trees it is asked for.
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckpt.checkpoints.paths import RelPath
-from ckpt.checkpoints.plan import FileWrite, Removal, RestorePlan, plan_restore
+from ckpt.checkpoints.restore.plan import FileWrite, Removal, RestorePlan, plan_restore
 from ckpt.objstore import EntryKind, InvalidTree, ObjectId, ObjectStore, Tree, TreeEntry
 from ckpt.objstore.memory import MemoryBackend
 

@@ -23,7 +23,7 @@ import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 from ckpt.checkpoints import RestoreOptions
 from ckpt.checkpoints.config import read_config, write_config
 from ckpt.checkpoints.errors import UnknownCheckpoint
-from ckpt.checkpoints.retention import select_over_cap
+from ckpt.checkpoints.history.retention import select_over_cap
 from ckpt.checkpoints.service import Checkpoints
 
 

@@ -1,4 +1,4 @@
-"""Record files (checkpoints/records.py) and the catalog as an index over them."""
+"""Record files (checkpoints/history/records.py) and the catalog as an index over them."""
 
 from __future__ import annotations
 
@@ -12,21 +12,21 @@ from typing import Any
 
 import pytest
 
-from ckpt.checkpoints.catalog import (
+from ckpt.checkpoints.errors import CatalogCorrupt, CheckpointError
+from ckpt.checkpoints.history.catalog import (
     EXPECTED_STRUCTURE,
     Catalog,
     _expected_structure,
     structure_digest,
 )
-from ckpt.checkpoints.errors import CatalogCorrupt, CheckpointError
-from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats
-from ckpt.checkpoints.records import (
+from ckpt.checkpoints.history.records import (
     BadRecord,
     decode_record,
     encode_record,
     record_name,
     record_row,
 )
+from ckpt.checkpoints.model import CheckpointRecord, CheckpointStats
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.checkpoints.store_setup import repair_catalog
 from ckpt.objstore import ObjectStore

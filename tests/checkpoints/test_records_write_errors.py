@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_records import _record  # tests/checkpoints is on pytest's `pythonpath`
 
-from ckpt.checkpoints.records import RecordDir, record_row
+from ckpt.checkpoints.history.records import RecordDir, record_row
 
 
 def test_a_failed_pending_write_names_the_pending_file(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from ckpt.checkpoints import AmbiguousCheckpoint, Checkpoints, UnknownCheckpoint
-from ckpt.checkpoints.refs import parse_ref
+from ckpt.checkpoints.history.refs import parse_ref
 
 
 def test_parse_ref_splits_the_steps_off() -> None:

@@ -22,7 +22,7 @@ from ckpt.checkpoints import RestoreOptions
 from ckpt.checkpoints.config import read_config, write_config
 from ckpt.checkpoints.errors import RestoreIncomplete
 from ckpt.checkpoints.service import Checkpoints
-from ckpt.checkpoints.statcache import RACY_WINDOW_NS
+from ckpt.checkpoints.snapshot.statcache import RACY_WINDOW_NS
 from ckpt.objstore import EntryKind, InvalidTree, Tree, TreeEntry
 
 
@@ -552,7 +552,7 @@ def test_a_restore_through_more_directories_than_open_files_allowed_completes(
     on a default `ulimit -n`), and what it tells the stat cache still holds."""
     import resource
 
-    from ckpt.checkpoints.restore import MAX_OPEN_DIRS
+    from ckpt.checkpoints.restore.apply import MAX_OPEN_DIRS
 
     for index in range(400):
         h.write_file(root, f"d{index:03}/sub/f.txt", b"%d" % index)

@@ -25,7 +25,7 @@ import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 from ckpt import checkpoints
 from ckpt.checkpoints import RestoreOptions
 from ckpt.checkpoints.config import read_config, write_config
-from ckpt.checkpoints.journal import RestoreIntent, write_intent
+from ckpt.checkpoints.restore.journal import RestoreIntent, write_intent
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.objstore import CorruptObject, ObjectNotFound
 

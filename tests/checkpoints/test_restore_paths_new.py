@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ckpt.checkpoints.errors import NothingMatched
-from ckpt.checkpoints.restoring import RestoreOptions
+from ckpt.checkpoints.restore.restorer import RestoreOptions
 from ckpt.checkpoints.service import Checkpoints
 
 

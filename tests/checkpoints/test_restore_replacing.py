@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 
-from ckpt.checkpoints import restore
+from ckpt.checkpoints.restore import apply as restore
 from ckpt.checkpoints.service import Checkpoints
-from ckpt.checkpoints.statcache import RACY_WINDOW_NS
+from ckpt.checkpoints.snapshot.statcache import RACY_WINDOW_NS
 
 NATIVE = restore._native_exchange is not None
 native_only = pytest.mark.skipif(not NATIVE, reason="the native _fsops extension is not built")

@@ -13,7 +13,7 @@ import pytest
 
 from ckpt.checkpoints import RestoreConflict, RestoreIncomplete, SkippedPath
 from ckpt.checkpoints.config import set_config_value
-from ckpt.checkpoints.restoring import RestoreOptions
+from ckpt.checkpoints.restore.restorer import RestoreOptions
 from ckpt.checkpoints.service import Checkpoints
 
 

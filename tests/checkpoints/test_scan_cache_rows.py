@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt.checkpoints.dirlisting import ListedEntry
-from ckpt.checkpoints.ignore import IgnoreRules
-from ckpt.checkpoints.scan import ScanOptions, _Scanner, scan_workspace
-from ckpt.checkpoints.statcache import (
+from ckpt.checkpoints.snapshot.dirlisting import ListedEntry
+from ckpt.checkpoints.snapshot.ignore import IgnoreRules
+from ckpt.checkpoints.snapshot.scan import ScanOptions, _Scanner, scan_workspace
+from ckpt.checkpoints.snapshot.statcache import (
     RACY_WINDOW_NS,
     DirRecord,
     DirTable,

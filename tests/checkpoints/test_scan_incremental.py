@@ -21,11 +21,11 @@ import pytest
 
 from ckpt.checkpoints import RestoreOptions
 from ckpt.checkpoints.config import set_config_value
-from ckpt.checkpoints.dirlisting import scan_dirs
-from ckpt.checkpoints.ignore import IgnoreRules
-from ckpt.checkpoints.scan import ScanOptions, _Scanner, scan_workspace
 from ckpt.checkpoints.service import Checkpoints
-from ckpt.checkpoints.statcache import (
+from ckpt.checkpoints.snapshot.dirlisting import scan_dirs
+from ckpt.checkpoints.snapshot.ignore import IgnoreRules
+from ckpt.checkpoints.snapshot.scan import ScanOptions, _Scanner, scan_workspace
+from ckpt.checkpoints.snapshot.statcache import (
     COARSE_RACY_WINDOW_NS,
     RACY_WINDOW_NS,
     FileRow,

@@ -26,14 +26,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from soak import scale  # tests/ is on pytest's `pythonpath`
 
-from ckpt.checkpoints import dirlisting
-from ckpt.checkpoints import statcache as statcache_module
 from ckpt.checkpoints.config import set_config_value
 from ckpt.checkpoints.errors import PathNotInCheckpoint, RestoreIncomplete
-from ckpt.checkpoints.ignore import IgnoreRules
-from ckpt.checkpoints.scan import ScanOptions, scan_workspace
+from ckpt.checkpoints.restore.statcache_update import (
+    _restored_listings,
+    record_restore,
+    record_restored,
+)
 from ckpt.checkpoints.service import Checkpoints
-from ckpt.checkpoints.statcache import (
+from ckpt.checkpoints.snapshot import dirlisting
+from ckpt.checkpoints.snapshot import statcache as statcache_module
+from ckpt.checkpoints.snapshot.ignore import IgnoreRules
+from ckpt.checkpoints.snapshot.scan import ScanOptions, scan_workspace
+from ckpt.checkpoints.snapshot.statcache import (
     RACY_WINDOW_NS,
     DirRecord,
     DirTable,
@@ -45,7 +50,6 @@ from ckpt.checkpoints.statcache import (
     read_stat_cache,
     write_stat_cache,
 )
-from ckpt.checkpoints.statcache_restore import _restored_listings, record_restore, record_restored
 from ckpt.objstore import EntryKind, ObjectId, ObjectStore, Tree, TreeEntry, make_entry
 
 SETTLE = 2 * RACY_WINDOW_NS / 1e9  # seconds: edits before this are outside the racy window
@@ -930,7 +934,7 @@ def test_ignore_rules_come_from_saved_translations_without_importing_pathspec(
 
 
 def test_translations_of_another_pathspec_are_not_reused(tmp_path: Path) -> None:
-    from ckpt.checkpoints import ignore
+    from ckpt.checkpoints.snapshot import ignore
 
     cache_path = str(tmp_path / "cache")
     saved = ("another pathspec", {"*.log": [None, None]})

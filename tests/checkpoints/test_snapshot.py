@@ -477,8 +477,8 @@ def test_a_snapshot_imports_neither_restoring_nor_maintenance(tmp_path: Path) ->
     (root / "a.txt").write_text("a\n")
     code = ("import sys\nfrom ckpt.checkpoints.service import Checkpoints\n"
             "with Checkpoints.init(sys.argv[1]) as cp:\n    cp.create()\n    cp.create()\n"
-            "print(sorted(m for m in sys.modules if m in ('ckpt.checkpoints.restoring', "
-            "'ckpt.checkpoints.maintenance', 'ckpt.checkpoints.restore')))\n")
+            "print(sorted(m for m in sys.modules if m in ('ckpt.checkpoints.restore.restorer', "
+            "'ckpt.checkpoints.maintenance', 'ckpt.checkpoints.restore.apply')))\n")
     done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""Staging (checkpoints/staging.py): the native batch writer and the Python one stage the same
+"""Staging (checkpoints/restore/staging.py): the native batch writer and the Python one stage the same
 files, a restore into a new directory builds the tree in place and leaves nothing behind when
 an object is damaged, and a write that fails names its staged file."""
 
@@ -17,10 +17,10 @@ import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt.checkpoints import staging
 from ckpt.checkpoints.errors import CheckpointError
-from ckpt.checkpoints.plan import FileWrite, plan_restore
-from ckpt.checkpoints.restoring import RestoreOptions
+from ckpt.checkpoints.restore import staging
+from ckpt.checkpoints.restore.plan import FileWrite, plan_restore
+from ckpt.checkpoints.restore.restorer import RestoreOptions
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.objstore import CorruptObject, ObjectId, ObjectStore, Slice, hash_bytes
 from ckpt.objstore.errors import ObjstoreError

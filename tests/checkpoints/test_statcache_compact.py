@@ -26,9 +26,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckpt.checkpoints import Checkpoints
-from ckpt.checkpoints.dirlisting import ListedEntry, encode_entry
 from ckpt.checkpoints.identity import root_key
-from ckpt.checkpoints.statcache import (
+from ckpt.checkpoints.snapshot.dirlisting import ListedEntry, encode_entry
+from ckpt.checkpoints.snapshot.statcache import (
     CACHE_VERSION,
     DirRecord,
     FileRow,
@@ -38,7 +38,7 @@ from ckpt.checkpoints.statcache import (
     read_stat_cache,
     row_of,
 )
-from ckpt.checkpoints.statcache_rows import MAGIC, pack_rows, unpack_rows
+from ckpt.checkpoints.snapshot.statcache_rows import MAGIC, pack_rows, unpack_rows
 from ckpt.objstore.codec import pack_data, unpack_data
 from ckpt.objstore.errors import CorruptObject
 from ckpt.objstore.ids import hash_bytes

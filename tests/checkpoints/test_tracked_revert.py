@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ckpt.checkpoints.restoring import RestoreOptions
+from ckpt.checkpoints.restore.restorer import RestoreOptions
 from ckpt.checkpoints.service import Checkpoints
 
 
@@ -122,8 +122,8 @@ def test_a_revert_killed_and_completed_reports_the_same_paths(
     (here: a journal left by a restore that never applied) ends in the same state."""
     k1, _k2, _k3 = _session(cp, ws, work)
     from ckpt.checkpoints.identity import root_key
-    from ckpt.checkpoints.journal import RestoreIntent, encode_intent
-    from ckpt.checkpoints.tracked_revert import revert_scope
+    from ckpt.checkpoints.restore.journal import RestoreIntent, encode_intent
+    from ckpt.checkpoints.restore.tracked_revert import revert_scope
 
     target = cp.get(k1)
     scope = revert_scope(cp.objects.get_tree, cp.objects.put_tree, target,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import restore_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 
-from ckpt.checkpoints.restoring import RestoreOptions
+from ckpt.checkpoints.restore.restorer import RestoreOptions
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.objstore import EntryKind, ObjectId, ObjectStore, codec
 from ckpt.objstore.delta import read_chain

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ckpt.checkpoints import Checkpoints, WatchState
-from ckpt.checkpoints.watch import WatchView, read_mounts
+from ckpt.checkpoints.snapshot.watch import WatchView, read_mounts
 from ckpt.objstore import EntryKind
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify: Linux only")
@@ -260,7 +260,7 @@ def test_cookies_never_in_a_checkpoint(tmp_path: Path) -> None:
 
 
 def test_one_watcher_per_root_shared_and_closed_with_the_last(tmp_path: Path) -> None:
-    from ckpt.checkpoints import watch
+    from ckpt.checkpoints.snapshot import watch
 
     root = inside_store_root(tmp_path)
     first = Checkpoints.open(root, watch=True)

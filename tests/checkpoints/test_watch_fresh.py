@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from ckpt.checkpoints import Checkpoints, WatchState, dirlisting
-from ckpt.checkpoints.statcache import RACY_WINDOW_NS
-from ckpt.checkpoints.watch import Watcher, WatchHandle
+from ckpt.checkpoints import Checkpoints, WatchState
+from ckpt.checkpoints.snapshot import dirlisting
+from ckpt.checkpoints.snapshot.statcache import RACY_WINDOW_NS
+from ckpt.checkpoints.snapshot.watch import Watcher, WatchHandle
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify: Linux only")
 

@@ -172,7 +172,7 @@ def test_every_command_has_a_section_in_cli_md() -> None:
 
 def test_every_event_type_the_library_records_is_documented_and_accepted() -> None:
     recorded: set[str] = set()
-    for path in (REPO / "checkpoints").glob("*.py"):
+    for path in (REPO / "checkpoints").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Event"
                     and node.args and isinstance(node.args[0], ast.Constant)):

@@ -309,12 +309,12 @@ def test_version_and_help_do_not_load_the_library(env_for: Env) -> None:
         assert done.stderr.strip() == "0 []", (args, done.stderr)
 
 
-_RESTORE_SIDE = ("ckpt.checkpoints.plan", "ckpt.checkpoints.restore", "ckpt.checkpoints.reports")
+_RESTORE_SIDE = ("ckpt.checkpoints.restore.plan", "ckpt.checkpoints.restore.apply", "ckpt.checkpoints.reports")
 
 
 def test_a_create_does_not_build_the_restore_side_and_preload_does(
         initialized: Path, env_for: Env) -> None:
-    watched = (*_RESTORE_SIDE, "ckpt.checkpoints.ignore")
+    watched = (*_RESTORE_SIDE, "ckpt.checkpoints.snapshot.ignore")
     report = f"print(sorted(m for m in sys.modules if m in {watched!r}), file=sys.stderr)\n"
     create = "import sys\nfrom ckpt.cli.main import run\nassert run(['create', '--json']) == 0\n"
     preload = "import sys\nfrom ckpt.checkpoints.service import preload\npreload()\n"

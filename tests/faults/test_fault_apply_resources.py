@@ -110,7 +110,7 @@ def test_a_deep_restore_completes_under_a_low_descriptor_limit(base: str) -> Non
 # fitted): every EMFILE closes another directory and the apply still completes.
 _UNBOUNDED = """
 import resource, sys
-from ckpt.checkpoints import restore
+from ckpt.checkpoints.restore import apply as restore
 from ckpt.checkpoints.service import Checkpoints
 resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[3]), int(sys.argv[3])))
 restore.open_dirs_bound = lambda: 10_000

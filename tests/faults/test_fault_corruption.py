@@ -17,9 +17,9 @@ from collections.abc import Callable
 import fault_helpers as h  # tests/ dirs are on pytest's `pythonpath`
 import pytest
 
-from ckpt.checkpoints.catalog import _COLUMNS
-from ckpt.checkpoints.journal import RestoreIntent, encode_intent, write_intent
-from ckpt.checkpoints.records import row_digest
+from ckpt.checkpoints.history.catalog import _COLUMNS
+from ckpt.checkpoints.history.records import row_digest
+from ckpt.checkpoints.restore.journal import RestoreIntent, encode_intent, write_intent
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.objstore import hash_bytes
 

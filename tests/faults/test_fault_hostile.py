@@ -35,9 +35,9 @@ import msgpack
 import pytest
 from nobody import NOBODY, run_as_nobody  # tests/checkpoints is on pytest's `pythonpath`
 
-from ckpt.checkpoints.catalog import _COLUMNS
 from ckpt.checkpoints.errors import RestoreIncomplete
-from ckpt.checkpoints.records import row_digest
+from ckpt.checkpoints.history.catalog import _COLUMNS
+from ckpt.checkpoints.history.records import row_digest
 from ckpt.checkpoints.service import Checkpoints
 from ckpt.objstore import EntryKind, ObjectId, ObjectStore, hash_bytes
 
@@ -385,7 +385,7 @@ def cli_as_nobody(root: str, *args: str) -> tuple[int, str, str]:
     # everything the command will import must be imported before the fork.
     import encodings.ascii  # noqa: F401  (codec lookups import lazily too)
 
-    import ckpt.checkpoints.ignore  # noqa: F401  (lazily imported by snapshots)
+    import ckpt.checkpoints.snapshot.ignore  # noqa: F401  (lazily imported by snapshots)
     from ckpt.cli.main import run
 
     def job() -> tuple[int, str, str]:

@@ -189,7 +189,7 @@ def test_a_remote_locked_by_another_machines_gc_is_exit_4(tmp_path: Path,
     """Another machine holds the remote's exclusive lock (as `gc --remote` does): a push is
     refused at once with exit 4, and goes through once the lock is released."""
     from ckpt.checkpoints import Checkpoints
-    from ckpt.checkpoints.remotes import Remote
+    from ckpt.checkpoints.remote.remote import Remote
 
     root = new_machine(tmp_path, "a", s3_bucket, tree=29)
     ckpt_ok(root, "create")

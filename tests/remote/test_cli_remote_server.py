@@ -15,7 +15,7 @@ import servers
 from remote.sync_helpers import make_tree, run_ckpt
 from seaweed import Bucket
 
-from ckpt.checkpoints.remote_config import mark_pushed
+from ckpt.checkpoints.remote.config import mark_pushed
 from ckpt.cli.server_request import Request, decline_reason
 
 CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")

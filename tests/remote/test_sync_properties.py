@@ -14,7 +14,7 @@ from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
 from ckpt.checkpoints import CheckpointRecord, CheckpointStats, RemoteInfo
-from ckpt.checkpoints.remote_config import (
+from ckpt.checkpoints.remote.config import (
     Origin,
     Pulled,
     UnknownRemote,
@@ -25,7 +25,7 @@ from ckpt.checkpoints.remote_config import (
     update_origins,
     write_remotes,
 )
-from ckpt.checkpoints.remotes import _merge_head
+from ckpt.checkpoints.remote.remote import _merge_head
 from ckpt.objstore.codec import unpack_data
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,6 +1,6 @@
 """A push after each agent turn sends what the turn changed and reads only the subtrees it
 changed: the push diffs the new tree against one the remote already has
-(checkpoints/remote_push.py). Against a real SeaweedFS; a fresh machine restores every pushed
+(checkpoints/remote/push.py). Against a real SeaweedFS; a fresh machine restores every pushed
 checkpoint exactly."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from remote.sync_helpers import agent_turn, make_tree, read_tree
 from seaweed import Bucket
 
-import ckpt.checkpoints.remote_push as remote_push
+import ckpt.checkpoints.remote.push as remote_push
 from ckpt.checkpoints import Checkpoints
 from ckpt.checkpoints.config import read_config, write_config
 from ckpt.objstore import ObjectId, codec
